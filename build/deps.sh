@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# deps.sh [all|build]: installs the Debian packages goiwarp needs (idempotent,
+# noninteractive). "build" = enough to build and run the main job; "all" (the
+# default) = everything the tests need. Runs apt-get only when something is missing.
+set -euo pipefail
+build_pkgs=(cmake make gcc g++ pkg-config binutils file git
+  libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest)
+test_pkgs=(qperf tshark iperf3 python3 procps iproute2 coreutils)
+optional_pkgs=(dwarves)   # pahole, for the ABI test; installed when apt has it
+
+want=("${build_pkgs[@]}")
+[[ ${1:-all} == all ]] && want+=("${test_pkgs[@]}" "${optional_pkgs[@]}")
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "deps: all ${#want[@]} packages installed"
+  exit 0
+fi
+sudo=
+[[ $(id -u) -eq 0 ]] || sudo=sudo
+export DEBIAN_FRONTEND=noninteractive
+echo "deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+install=()
+for p in "${missing[@]}"; do
+  if [[ " ${optional_pkgs[*]} " == *" $p "* ]] && ! apt-cache show "$p" >/dev/null 2>&1; then
+    echo "deps: optional package $p is not available, skipped"; continue
+  fi
+  install+=("$p")
+done
+[[ ${#install[@]} -eq 0 ]] || $sudo apt-get install -y -qq --no-install-recommends \
+  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${install[@]}"

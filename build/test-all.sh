@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# test-all.sh: every test of the tree, in the order CI runs them (.ci/run runs
+# this after installing packages). Needs the Debian packages of build/deps.sh.
+#   go vet, gofmt check, go test -race, each fuzz target for FUZZTIME (10s),
+#   cmake configure + build, ctest, and an install smoke test (lib, headers,
+#   goiwarp.pc, examples; pkg-config).
+# Env: GOIWARP_BUILD_DIR (default _build), FUZZTIME (default 10s; 0 skips fuzzing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=$PATH:/usr/local/go/bin
+B=${GOIWARP_BUILD_DIR:-_build}
+FUZZTIME=${FUZZTIME:-10s}
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+step() { echo; echo "=== $* ($(date +%T))"; }
+
+step go vet
+go vet ./...
+
+step gofmt
+unformatted=$(find . -name '*.go' -not -path './.git/*' -not -path './_build*/*' \
+  -not -path './build-*/*' -print0 | xargs -0 -r gofmt -l)
+if [[ -n $unformatted ]]; then
+  echo "FAIL: gofmt: these files are not formatted (run gofmt -w):"
+  printf '  %s\n' $unformatted
+  exit 1
+fi
+echo "ok: gofmt"
+
+step go test -race
+go test -race -count=1 -timeout 20m ./... 2>&1 | tee "$logs/gotest"
+
+step fuzz
+fuzzlog=()
+if [[ $FUZZTIME != 0 ]]; then
+  while IFS= read -r f; do
+    dir=./$(dirname "${f#./}")
+    for fn in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$f"); do
+      echo "--- go test -run=^\$ -fuzz=^$fn\$ -fuzztime=$FUZZTIME $dir"
+      go test -run='^$' -fuzz="^$fn\$" -fuzztime="$FUZZTIME" "$dir" 2>&1 | tail -3
+      fuzzlog+=("ok fuzz $dir $fn")
+    done
+  done < <(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v -e '^./_build' -e '^./build-' | sort)
+fi
+echo "fuzz targets run: ${#fuzzlog[@]}"
+
+step cmake configure + build
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build "$B" -j"$(nproc)"
+
+step ctest
+(cd "$B" && ctest --output-on-failure --timeout 600) 2>&1 | tee "$logs/ctest"
+
+step install smoke test
+prefix=$logs/prefix
+cmake --install "$B" --prefix "$prefix" >/dev/null
+libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$B/CMakeCache.txt")
+for f in "$libdir/libgoiwarp.so.1" "$libdir/libgoiwarp.so" "$libdir/pkgconfig/goiwarp.pc" include/goiwarp.h; do
+  [[ -e $prefix/$f ]] || { echo "FAIL: install: $prefix/$f missing"; exit 1; }
+done
+PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig pkg-config --cflags --libs goiwarp
+echo "ok: install (lib, soname link, headers, goiwarp.pc, $(ls "$prefix/bin" 2>/dev/null | wc -l) examples)"
+
+step summary
+grep -E '^(ok|FAIL|---|\?)' "$logs/gotest" | grep -v '^---' || true
+printf '%s\n' "${fuzzlog[@]+"${fuzzlog[@]}"}"
+grep -E 'tests passed|tests failed' "$logs/ctest"

@@ -1,0 +1,17 @@
+# Shared by the symbol tests and build/symbols.sh (sourced, not run).
+# The public API: what build/libgoiwarp.map exports.
+GIW_API_RE='^(ibv_|rdma_|giw_|_ibv_|__ibv_)|_to_ibv_rate$'
+# What an rdma-core binary may import from us (giw_* is ours only). rsockets'
+# r* calls (rsocket, rsend, ...) are not rdma_* and are deliberately not matched.
+GIW_IMPORT_RE='^(ibv_|rdma_|_ibv_|__ibv_)|_to_ibv_rate$'
+
+# giw_defined LIB: sorted public names LIB defines (version suffix stripped).
+giw_defined() {
+  nm -D --defined-only "$1" | awk 'NF >= 3 { print $3 }' | sed 's/@.*//' | sort -u
+}
+
+# giw_imports BIN: sorted ibv_/rdma_/_ibv_ names BIN imports (version stripped).
+giw_imports() {
+  nm -D --undefined-only "$1" 2>/dev/null | awk '{ print $NF }' | sed 's/@.*//' |
+    grep -E "$GIW_IMPORT_RE" | sort -u || true
+}
