@@ -83,25 +83,25 @@ const (
 
 // DDP untagged buffer error codes (RFC 5041 section 7.2), with DDPErrUntaggedBuffer.
 const (
-	DDPCodeUntaggedInvalidQN       ErrorCode = 0x01 // invalid QN
-	DDPCodeUntaggedNoBuffer        ErrorCode = 0x02 // invalid MSN, no buffer available
-	DDPCodeUntaggedMSNRange        ErrorCode = 0x03 // invalid MSN, MSN range is not valid
-	DDPCodeUntaggedInvalidMO       ErrorCode = 0x04 // invalid MO
-	DDPCodeUntaggedTooLong         ErrorCode = 0x05 // DDP message too long for available buffer
-	DDPCodeUntaggedInvalidVersion  ErrorCode = 0x06 // invalid DDP version
-	DDPCodeLocalCatastrophic       ErrorCode = 0x00 // with DDPErrLocalCatastrophic
-	RDMAPCodeLocalCatastrophic     ErrorCode = 0x00 // with RDMAPErrLocalCatastrophic
+	DDPCodeUntaggedInvalidQN      ErrorCode = 0x01 // invalid QN
+	DDPCodeUntaggedNoBuffer       ErrorCode = 0x02 // invalid MSN, no buffer available
+	DDPCodeUntaggedMSNRange       ErrorCode = 0x03 // invalid MSN, MSN range is not valid
+	DDPCodeUntaggedInvalidMO      ErrorCode = 0x04 // invalid MO
+	DDPCodeUntaggedTooLong        ErrorCode = 0x05 // DDP message too long for available buffer
+	DDPCodeUntaggedInvalidVersion ErrorCode = 0x06 // invalid DDP version
+	DDPCodeLocalCatastrophic      ErrorCode = 0x00 // with DDPErrLocalCatastrophic
+	RDMAPCodeLocalCatastrophic    ErrorCode = 0x00 // with RDMAPErrLocalCatastrophic
 )
 
 // MPA (LLP) error codes (RFC 5044 section 8, RFC 6581 section 6), with LLPErrMPA.
 const (
-	MPACodeTCPClosed          ErrorCode = 0x01 // TCP connection closed, terminated or lost
-	MPACodeCRC                ErrorCode = 0x02 // MPA CRC error
-	MPACodeMarker             ErrorCode = 0x03 // MPA marker and ULPDU Length field mismatch
-	MPACodeInvalidReqRep      ErrorCode = 0x04 // invalid MPA request or reply frame
-	MPACodeLocalCatastrophic  ErrorCode = 0x05 // local catastrophic error (RFC 6581)
-	MPACodeInsufficientIRD    ErrorCode = 0x06 // insufficient IRD resources (RFC 6581)
-	MPACodeNoMatchingRTR      ErrorCode = 0x07 // no matching RTR option (RFC 6581)
+	MPACodeTCPClosed         ErrorCode = 0x01 // TCP connection closed, terminated or lost
+	MPACodeCRC               ErrorCode = 0x02 // MPA CRC error
+	MPACodeMarker            ErrorCode = 0x03 // MPA marker and ULPDU Length field mismatch
+	MPACodeInvalidReqRep     ErrorCode = 0x04 // invalid MPA request or reply frame
+	MPACodeLocalCatastrophic ErrorCode = 0x05 // local catastrophic error (RFC 6581)
+	MPACodeInsufficientIRD   ErrorCode = 0x06 // insufficient IRD resources (RFC 6581)
+	MPACodeNoMatchingRTR     ErrorCode = 0x07 // no matching RTR option (RFC 6581)
 )
 
 // Error is a protocol error found in received data. Layer, Type and Code

@@ -10,25 +10,25 @@ type Opcode uint8
 
 // RDMAP opcodes.
 const (
-	OpWrite           Opcode = 0x0 // RDMA Write
-	OpReadRequest     Opcode = 0x1 // RDMA Read Request
-	OpReadResponse    Opcode = 0x2 // RDMA Read Response
-	OpSend            Opcode = 0x3 // Send
-	OpSendInv         Opcode = 0x4 // Send with Invalidate
-	OpSendSE          Opcode = 0x5 // Send with Solicited Event
-	OpSendSEInv       Opcode = 0x6 // Send with Solicited Event and Invalidate
-	OpTerminate       Opcode = 0x7 // Terminate
-	OpImmediate       Opcode = 0x8 // RFC 7306 Immediate Data
-	OpImmediateSE     Opcode = 0x9 // RFC 7306 Immediate Data with Solicited Event
-	OpAtomicRequest   Opcode = 0xa // RFC 7306 Atomic Request
-	OpAtomicResponse  Opcode = 0xb // RFC 7306 Atomic Response
-	NumOpcodes               = 16  // size of the opcode space
-	ImmediateDataLen         = 8   // RFC 7306 Immediate Data payload
-	ReadRequestLen           = 28  // RDMA Read Request header after the DDP header
-	AtomicRequestLen         = 52  // Atomic Request header after the DDP header
-	AtomicResponseLen        = 12  // Atomic Response header after the DDP header
-	TermControlLen           = 4   // Terminate control word
-	maxTerminateCopiedHdrLen = 2 + DDPUntaggedHeaderLen + ReadRequestLen
+	OpWrite                  Opcode = 0x0 // RDMA Write
+	OpReadRequest            Opcode = 0x1 // RDMA Read Request
+	OpReadResponse           Opcode = 0x2 // RDMA Read Response
+	OpSend                   Opcode = 0x3 // Send
+	OpSendInv                Opcode = 0x4 // Send with Invalidate
+	OpSendSE                 Opcode = 0x5 // Send with Solicited Event
+	OpSendSEInv              Opcode = 0x6 // Send with Solicited Event and Invalidate
+	OpTerminate              Opcode = 0x7 // Terminate
+	OpImmediate              Opcode = 0x8 // RFC 7306 Immediate Data
+	OpImmediateSE            Opcode = 0x9 // RFC 7306 Immediate Data with Solicited Event
+	OpAtomicRequest          Opcode = 0xa // RFC 7306 Atomic Request
+	OpAtomicResponse         Opcode = 0xb // RFC 7306 Atomic Response
+	NumOpcodes                      = 16  // size of the opcode space
+	ImmediateDataLen                = 8   // RFC 7306 Immediate Data payload
+	ReadRequestLen                  = 28  // RDMA Read Request header after the DDP header
+	AtomicRequestLen                = 52  // Atomic Request header after the DDP header
+	AtomicResponseLen               = 12  // Atomic Response header after the DDP header
+	TermControlLen                  = 4   // Terminate control word
+	maxTerminateCopiedHdrLen        = 2 + DDPUntaggedHeaderLen + ReadRequestLen
 )
 
 // OpInfo describes one opcode; see Opcode.Info.
