@@ -1,0 +1,145 @@
+package verbs
+
+import (
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// CompChannel is a completion channel: a pipe whose read end the application
+// polls. Each record is the address of the C struct ibv_cq that fired.
+type CompChannel struct {
+	r, w int
+}
+
+// NewCompChannel creates a completion channel.
+func NewCompChannel() (*CompChannel, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(p[1], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, err
+	}
+	return &CompChannel{r: p[0], w: p[1]}, nil
+}
+
+// FD is the application-visible fd of the channel.
+func (ch *CompChannel) FD() int { return ch.r }
+
+// Close closes both ends.
+func (ch *CompChannel) Close() {
+	unix.Close(ch.r)
+	unix.Close(ch.w)
+}
+
+func (ch *CompChannel) signal(cookie uintptr) {
+	var rec [8]byte
+	binary.NativeEndian.PutUint64(rec[:], uint64(cookie))
+	_, _ = unix.Write(ch.w, rec[:])
+}
+
+// CQ is a completion queue. The engine produces CQEs, capi's poll_cq consumes.
+type CQ struct {
+	Ctx    *Context
+	Ring   *Ring
+	Chan   *CompChannel // may be nil
+	Cookie uintptr      // address of the C struct ibv_cq, for events
+
+	mu sync.Mutex // serialises producers (the QPs completing into this CQ)
+}
+
+// CreateCQ creates a CQ with room for at least cqe entries.
+func (c *Context) CreateCQ(cqe int, ch *CompChannel, cookie uintptr) (*CQ, error) {
+	if cqe < 1 || cqe > MaxCQE {
+		return nil, unix.EINVAL
+	}
+	r, err := newRing(cqe, unsafe.Sizeof(CQE{}))
+	if err != nil {
+		return nil, err
+	}
+	return &CQ{Ctx: c, Ring: r, Chan: ch, Cookie: cookie}, nil
+}
+
+// Resize replaces the ring by a bigger one; the caller (capi) holds the
+// poller's lock so nobody consumes meanwhile. Pending CQEs are moved over.
+func (cq *CQ) Resize(cqe int) error {
+	if cqe < 1 || cqe > MaxCQE {
+		return unix.EINVAL
+	}
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	old := cq.Ring
+	pending := old.prod() - old.cons()
+	if uint32(cqe) < pending {
+		return unix.EINVAL
+	}
+	r, err := newRing(cqe, unsafe.Sizeof(CQE{}))
+	if err != nil {
+		return err
+	}
+	for i := uint32(0); i < pending; i++ {
+		*(*CQE)(r.entry(i)) = *(*CQE)(old.entry(old.cons() + i))
+	}
+	r.setProd(pending)
+	r.hdr.Notify = atomic.LoadUint32(&old.hdr.Notify)
+	cq.Ring = r
+	old.free()
+	return nil
+}
+
+// Push appends a completion. It reports false when the CQ overflowed; the
+// completion is lost then, the CQ is in error, and IBV_EVENT_CQ_ERR is raised.
+func (cq *CQ) Push(e *CQE, solicited bool) bool {
+	cq.mu.Lock()
+	r := cq.Ring
+	p := r.prod()
+	if p-r.cons() >= r.Size() {
+		first := atomic.SwapUint32(&r.hdr.Overflow, 1) == 0
+		cq.mu.Unlock()
+		if first {
+			cq.Ctx.PostAsync(EventCQErr, cq.Cookie)
+		}
+		return false
+	}
+	*(*CQE)(r.entry(p)) = *e
+	r.setProd(p + 1)
+	cq.mu.Unlock()
+	cq.notify(solicited || e.Status != WCSuccess)
+	return true
+}
+
+func (cq *CQ) notify(solicited bool) {
+	if cq.Chan == nil {
+		return
+	}
+	n := &cq.Ring.hdr.Notify
+	for {
+		armed := atomic.LoadUint32(n)
+		if armed == notifyNone || (armed == notifySolicited && !solicited) {
+			return
+		}
+		if atomic.CompareAndSwapUint32(n, armed, notifyNone) {
+			cq.Chan.signal(cq.Cookie)
+			return
+		}
+	}
+}
+
+const (
+	notifyNone      = 0
+	notifySolicited = 1
+	notifyNext      = 2
+)
+
+// Destroy frees the ring.
+func (cq *CQ) Destroy() {
+	cq.mu.Lock()
+	cq.Ring.free()
+	cq.mu.Unlock()
+}

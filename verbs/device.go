@@ -1,0 +1,123 @@
+package verbs
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"net"
+	"os"
+	"slices"
+	"strings"
+)
+
+// Device is one software RNIC, bound to a network interface.
+type Device struct {
+	Name     string // giw_<ifname>
+	Ifname   string
+	Index    int
+	MAC      [6]byte
+	GUID     uint64 // EUI-64 from the MAC, as siw derives it
+	MTU      int
+	Addrs    []net.IP
+	VendorID uint32
+	PartID   uint32
+}
+
+// Vendor and part ids. perftest picks code paths by these; an unknown vendor
+// gets the classic post-send path and no inline data. 0x626d74 is the id
+// Linux siw reports ("bmt"), and 0 is its part id: peers and tools treat us as
+// they treat siw.
+const (
+	VendorID = 0x626d74
+	PartID   = 0
+)
+
+// Devices lists one device per interface that has an IP address, giw_lo
+// always, narrowed by GOIWARP_DEVICES (comma-separated interface or device names).
+func Devices() []*Device {
+	ifs, _ := net.Interfaces()
+	var devs []*Device
+	for _, ifc := range ifs {
+		addrs, _ := ifc.Addrs()
+		var ips []net.IP
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				ips = append(ips, ipn.IP)
+			}
+		}
+		isLo := ifc.Flags&net.FlagLoopback != 0
+		if len(ips) == 0 && !isLo {
+			continue
+		}
+		devs = append(devs, newDevice(ifc, ips, isLo))
+	}
+	if !slices.ContainsFunc(devs, func(d *Device) bool { return d.Ifname == "lo" }) {
+		devs = append(devs, newDevice(net.Interface{Name: "lo", MTU: 65536, Flags: net.FlagLoopback},
+			[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, true))
+	}
+	return filterDevices(devs, os.Getenv("GOIWARP_DEVICES"))
+}
+
+func filterDevices(devs []*Device, filter string) []*Device {
+	if strings.TrimSpace(filter) == "" {
+		return devs
+	}
+	want := map[string]bool{}
+	for _, f := range strings.Split(filter, ",") {
+		want[strings.TrimSpace(f)] = true
+	}
+	return slices.DeleteFunc(devs, func(d *Device) bool { return !want[d.Name] && !want[d.Ifname] })
+}
+
+func newDevice(ifc net.Interface, ips []net.IP, loopback bool) *Device {
+	d := &Device{Name: "giw_" + ifc.Name, Ifname: ifc.Name, Index: ifc.Index, MTU: ifc.MTU,
+		Addrs: ips, VendorID: VendorID, PartID: PartID}
+	copy(d.MAC[:], ifc.HardwareAddr)
+	if loopback || d.MAC == [6]byte{} {
+		// No hardware address: derive a stable, locally administered one from
+		// the host and interface names so the GID stays unique and repeatable.
+		host, _ := os.Hostname()
+		sum := sha256.Sum256([]byte(host + "/" + ifc.Name))
+		copy(d.MAC[:], sum[:6])
+		d.MAC[0] = d.MAC[0]&0xfe | 0x02
+	}
+	var eui [8]byte
+	copy(eui[:3], d.MAC[:3])
+	eui[3], eui[4] = 0xff, 0xfe
+	copy(eui[5:], d.MAC[3:])
+	eui[0] ^= 0x02
+	d.GUID = binary.BigEndian.Uint64(eui[:])
+	return d
+}
+
+// GID is the port GID: the MAC in the first six bytes, as siw reports it.
+func (d *Device) GID() [16]byte {
+	var g [16]byte
+	copy(g[:], d.MAC[:])
+	return g
+}
+
+// HasAddr reports whether ip is one of the device's interface addresses.
+func (d *Device) HasAddr(ip net.IP) bool {
+	return slices.ContainsFunc(d.Addrs, func(a net.IP) bool { return a.Equal(ip) })
+}
+
+// DeviceForIP maps an IP address to the device of its interface; loopback
+// addresses map to giw_lo.
+func DeviceForIP(devs []*Device, ip net.IP) *Device {
+	for _, d := range devs {
+		if d.HasAddr(ip) {
+			return d
+		}
+	}
+	if ip.IsLoopback() || ip.IsUnspecified() {
+		for _, d := range devs {
+			if d.Ifname == "lo" {
+				return d
+			}
+		}
+		if len(devs) > 0 {
+			return devs[0]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,488 @@
+package verbs
+
+import (
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Transport is the provider's connection under an RTS QP: the iWARP engine.
+type Transport interface {
+	// Kick transmits what the send queue holds. The caller owns the TX token
+	// (see QP.TakeTx) and hands it to the transport.
+	Kick()
+	// Close ends the connection: gracefully (FIN after queued work) or not.
+	Close(graceful bool)
+}
+
+// QPCaps are the queue sizes of a QP.
+type QPCaps struct {
+	MaxSendWR, MaxRecvWR, MaxSendSGE, MaxRecvSGE, MaxInline uint32
+}
+
+// QPInit are the creation attributes of a QP (RC only: iWARP has nothing else).
+type QPInit struct {
+	PD             *PD
+	SendCQ, RecvCQ *CQ
+	SRQ            *SRQ
+	Caps           QPCaps
+	SigAll         bool
+	Cookie         uintptr // address of the C struct ibv_qp, for async events
+}
+
+// QPAttr is the part of struct ibv_qp_attr that iWARP uses.
+type QPAttr struct {
+	State         QPState
+	AccessFlags   int
+	PortNum       uint8
+	PKeyIndex     uint16
+	ORD           uint8 // max_rd_atomic: Read/Atomic requests we may have outstanding
+	IRD           uint8 // max_dest_rd_atomic: Read/Atomic requests we serve at once
+	SQDrainNotify bool
+}
+
+// Values of enum ibv_qp_attr_mask that iWARP QPs look at.
+const (
+	QPAttrState         = 1 << 0
+	QPAttrCurState      = 1 << 1
+	QPAttrAccessFlags   = 1 << 3
+	QPAttrPKeyIndex     = 1 << 4
+	QPAttrPort          = 1 << 5
+	QPAttrMaxQPRdAtomic = 1 << 13
+	QPAttrMaxDestRdAtom = 1 << 17
+	QPAttrCap           = 1 << 19
+)
+
+// QP is a reliable-connected queue pair.
+type QP struct {
+	Ctx            *Context
+	PD             *PD
+	Num            uint32
+	SendCQ, RecvCQ *CQ
+	SRQ            *SRQ
+	SQ, RQ         *Ring // RQ is nil with an SRQ
+	Caps           QPCaps
+	SigAll         bool
+	Cookie         uintptr
+
+	mu   sync.Mutex
+	attr QPAttr
+	conn Transport
+
+	// Send queue shadow, guarded by sqMu: sqNext is the next entry to start
+	// (advanced by the TX token holder), sqDone marks finished entries so they
+	// retire in posting order.
+	sqMu   sync.Mutex
+	sqNext uint32
+	sqDone []sqResult
+}
+
+type sqResult struct {
+	done    bool
+	status  uint32
+	byteLen uint32
+}
+
+var qpNumbers atomic.Uint32
+
+// CreateQP creates a QP in RESET.
+func (c *Context) CreateQP(in QPInit) (*QP, error) {
+	caps := in.Caps
+	if in.PD == nil || in.SendCQ == nil || in.RecvCQ == nil ||
+		caps.MaxSendWR > MaxQPWR || caps.MaxRecvWR > MaxQPWR ||
+		caps.MaxSendSGE > MaxSGE || caps.MaxRecvSGE > MaxSGE || caps.MaxInline > MaxInline {
+		return nil, unix.EINVAL
+	}
+	caps.MaxSendWR = max(caps.MaxSendWR, 1)
+	caps.MaxRecvWR = max(caps.MaxRecvWR, 1)
+	caps.MaxSendSGE = max(caps.MaxSendSGE, 1)
+	caps.MaxRecvSGE = max(caps.MaxRecvSGE, 1)
+	sq, err := newRing(int(caps.MaxSendWR), unsafe.Sizeof(SQE{}))
+	if err != nil {
+		return nil, err
+	}
+	qp := &QP{Ctx: c, PD: in.PD, Num: qpNumbers.Add(1), SendCQ: in.SendCQ, RecvCQ: in.RecvCQ,
+		SRQ: in.SRQ, SQ: sq, SigAll: in.SigAll, Cookie: in.Cookie,
+		sqDone: make([]sqResult, sq.Size())}
+	if in.SRQ != nil {
+		in.SRQ.attach(qp)
+	}
+	if in.SRQ == nil {
+		if qp.RQ, err = newRing(int(caps.MaxRecvWR), unsafe.Sizeof(RQE{})); err != nil {
+			sq.free()
+			return nil, err
+		}
+		caps.MaxRecvWR = qp.RQ.Size()
+	} else {
+		caps.MaxRecvWR, caps.MaxRecvSGE = 0, 0
+	}
+	caps.MaxSendWR = sq.Size()
+	caps.MaxInline = MaxInline
+	qp.Caps = caps
+	qp.attr.IRD, qp.attr.ORD = 1, 1
+	sq.hdr.Doorbell = 1
+	qp.publishState(QPSReset)
+	return qp, nil
+}
+
+func (qp *QP) publishState(s QPState) {
+	qp.attr.State = s
+	atomic.StoreUint32(&qp.SQ.hdr.State, uint32(s))
+	if qp.RQ != nil {
+		atomic.StoreUint32(&qp.RQ.hdr.State, uint32(s))
+	}
+}
+
+// Attr returns the current attributes.
+func (qp *QP) Attr() QPAttr {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.attr
+}
+
+// State returns the current state.
+func (qp *QP) State() QPState { return QPState(atomic.LoadUint32(&qp.SQ.hdr.State)) }
+
+// legalTransition is the RC part of the IB state table; iWARP reaches RTS
+// only through a connection (Connect/Accept or a socket handed over).
+func legalTransition(from, to QPState) bool {
+	switch to {
+	case QPSReset, QPSErr:
+		return true
+	case QPSInit:
+		return from == QPSReset || from == QPSInit
+	case QPSRTR:
+		return from == QPSInit
+	case QPSRTS:
+		return from == QPSRTR || from == QPSRTS || from == QPSSQD || from == QPSSQE
+	case QPSSQD:
+		return from == QPSRTS || from == QPSSQD
+	case QPSSQE:
+		return false
+	}
+	return false
+}
+
+// Modify applies attributes selected by mask, as ibv_modify_qp does.
+func (qp *QP) Modify(a QPAttr, mask int) error {
+	qp.mu.Lock()
+	cur := qp.attr.State
+	to := cur
+	if mask&QPAttrState != 0 {
+		to = a.State
+	}
+	if mask&QPAttrCurState != 0 && a.State != cur && mask&QPAttrState == 0 {
+		qp.mu.Unlock()
+		return unix.EINVAL
+	}
+	if !legalTransition(cur, to) {
+		qp.mu.Unlock()
+		return unix.EINVAL
+	}
+	if cur == QPSReset && to == QPSInit && mask&(QPAttrAccessFlags|QPAttrPort|QPAttrPKeyIndex) != QPAttrAccessFlags|QPAttrPort|QPAttrPKeyIndex {
+		qp.mu.Unlock()
+		return unix.EINVAL
+	}
+	if to == QPSRTS && cur != QPSRTS && qp.conn == nil {
+		// RTS needs the LLP stream: only the CM (or a handed-over socket) gets there.
+		qp.mu.Unlock()
+		return unix.EOPNOTSUPP
+	}
+	if mask&QPAttrPort != 0 && a.PortNum != 1 {
+		qp.mu.Unlock()
+		return unix.EINVAL
+	}
+	if mask&QPAttrMaxQPRdAtomic != 0 {
+		if a.ORD > MaxORD {
+			qp.mu.Unlock()
+			return unix.EINVAL
+		}
+		qp.attr.ORD = a.ORD
+	}
+	if mask&QPAttrMaxDestRdAtom != 0 {
+		if a.IRD > MaxIRD {
+			qp.mu.Unlock()
+			return unix.EINVAL
+		}
+		qp.attr.IRD = a.IRD
+	}
+	if mask&QPAttrAccessFlags != 0 {
+		qp.attr.AccessFlags = a.AccessFlags
+	}
+	if mask&QPAttrPKeyIndex != 0 {
+		qp.attr.PKeyIndex = a.PKeyIndex
+	}
+	if mask&QPAttrPort != 0 {
+		qp.attr.PortNum = a.PortNum
+	}
+	conn := qp.conn
+	if to == QPSReset || to == QPSErr || to == QPSSQD && cur == QPSRTS {
+		// Leaving RTS other than for SQD drops the connection; SQD closes it
+		// gracefully after the queued work (iWARP has no drained-and-resume).
+		if to != QPSSQD {
+			qp.conn = nil
+		}
+	}
+	qp.publishState(to)
+	qp.mu.Unlock()
+
+	switch {
+	case to == QPSErr && cur != QPSErr:
+		if conn != nil {
+			conn.Close(false)
+		}
+		qp.Flush()
+	case to == QPSSQD && cur == QPSRTS && conn != nil:
+		conn.Close(true)
+	case to == QPSReset:
+		if conn != nil {
+			conn.Close(false)
+		}
+		qp.resetQueues()
+	}
+	return nil
+}
+
+// Attach binds the connection and moves the QP to RTS. ird/ord are the
+// negotiated limits.
+func (qp *QP) Attach(conn Transport, ird, ord uint8) error {
+	qp.mu.Lock()
+	if s := qp.attr.State; s != QPSInit && s != QPSRTR {
+		qp.mu.Unlock()
+		return unix.EINVAL
+	}
+	qp.conn = conn
+	qp.attr.IRD, qp.attr.ORD = ird, ord
+	qp.publishState(QPSRTS)
+	qp.mu.Unlock()
+	// Work posted before RTS waits in the ring; send it now.
+	if qp.TakeTx() {
+		conn.Kick()
+	}
+	return nil
+}
+
+// SetError moves the QP to ERR from the engine: the connection failed or a
+// Terminate was exchanged. Outstanding work is flushed. It reports whether
+// this call made the transition.
+func (qp *QP) SetError() bool {
+	qp.mu.Lock()
+	if qp.attr.State == QPSErr || qp.attr.State == QPSReset {
+		qp.mu.Unlock()
+		return false
+	}
+	qp.conn = nil
+	qp.publishState(QPSErr)
+	qp.mu.Unlock()
+	qp.Flush()
+	return true
+}
+
+// Doorbell is capi's call after post_send found the engine idle: the caller
+// now owns the TX token.
+func (qp *QP) Doorbell() {
+	qp.mu.Lock()
+	conn, st := qp.conn, qp.attr.State
+	qp.mu.Unlock()
+	switch {
+	case st == QPSRTS && conn != nil:
+		conn.Kick()
+	case st == QPSErr:
+		qp.flushSend()
+		qp.ReleaseTx()
+	default:
+		qp.ReleaseTx()
+	}
+}
+
+// TakeTx claims the TX token; false means someone else transmits.
+func (qp *QP) TakeTx() bool {
+	return atomic.CompareAndSwapUint32(&qp.SQ.hdr.Doorbell, 1, 0)
+}
+
+// ReleaseTx gives the TX token back. It reports true when work arrived
+// meanwhile and the token was taken again: the caller must go on transmitting.
+func (qp *QP) ReleaseTx() bool {
+	atomic.StoreUint32(&qp.SQ.hdr.Doorbell, 1)
+	qp.sqMu.Lock()
+	pending := qp.sqNext != qp.SQ.prod()
+	qp.sqMu.Unlock()
+	return pending && qp.TakeTx()
+}
+
+// NextSend returns the next send queue entry to start, for the TX token holder.
+func (qp *QP) NextSend() (*SQE, uint32, bool) {
+	qp.sqMu.Lock()
+	defer qp.sqMu.Unlock()
+	if qp.sqNext == qp.SQ.prod() {
+		return nil, 0, false
+	}
+	i := qp.sqNext
+	qp.sqNext++
+	return (*SQE)(qp.SQ.entry(i)), i, true
+}
+
+// UnstartSend puts back the entry NextSend just returned (ORD full, fence).
+func (qp *QP) UnstartSend(idx uint32) {
+	qp.sqMu.Lock()
+	if qp.sqNext == idx+1 {
+		qp.sqNext = idx
+	}
+	qp.sqMu.Unlock()
+}
+
+// SendEntry returns the send queue entry idx (still owned by the engine).
+func (qp *QP) SendEntry(idx uint32) *SQE { return (*SQE)(qp.SQ.entry(idx)) }
+
+// CompleteSend finishes entry idx. Entries retire in posting order: a CQE is
+// written for signaled or failed ones when everything before them is done.
+func (qp *QP) CompleteSend(idx uint32, status uint32, byteLen uint32) {
+	qp.sqMu.Lock()
+	defer qp.sqMu.Unlock()
+	qp.sqDone[idx&qp.SQ.mask] = sqResult{done: true, status: status, byteLen: byteLen}
+	qp.retireLocked()
+}
+
+func (qp *QP) retireLocked() {
+	r := qp.SQ
+	c := r.cons()
+	for c != qp.sqNext {
+		res := &qp.sqDone[c&r.mask]
+		if !res.done {
+			break
+		}
+		e := (*SQE)(r.entry(c))
+		if e.Flags&SendSignaled != 0 || qp.SigAll || res.status != WCSuccess {
+			qp.SendCQ.Push(&CQE{WRID: e.WRID, Status: res.status, Opcode: sendWCOpcode(e.Opcode),
+				ByteLen: res.byteLen, QPNum: qp.Num}, false)
+		}
+		*res = sqResult{}
+		c++
+		r.setCons(c)
+	}
+}
+
+func sendWCOpcode(op uint8) uint32 {
+	switch op {
+	case WRRDMAWrite, WRRDMAWriteWithImm:
+		return WCOpRDMAWrite
+	case WRRDMARead:
+		return WCOpRDMARead
+	case WRAtomicCmpSwp:
+		return WCOpCompSwap
+	case WRAtomicFetchAdd:
+		return WCOpFetchAdd
+	case WRLocalInv:
+		return WCOpLocalInv
+	case WRBindMW:
+		return WCOpBindMW
+	}
+	return WCOpSend
+}
+
+// Flush completes all outstanding work with IBV_WC_WR_FLUSH_ERR.
+func (qp *QP) Flush() {
+	qp.flushSend()
+	qp.flushRecv()
+}
+
+func (qp *QP) flushSend() {
+	qp.sqMu.Lock()
+	defer qp.sqMu.Unlock()
+	r := qp.SQ
+	qp.sqNext = r.prod()
+	for i := r.cons(); i != qp.sqNext; i++ {
+		if res := &qp.sqDone[i&r.mask]; !res.done {
+			*res = sqResult{done: true, status: WCWRFlushErr}
+		}
+	}
+	qp.retireLocked()
+}
+
+func (qp *QP) flushRecv() {
+	if qp.RQ == nil {
+		if qp.SRQ != nil && qp.SRQ.detach(qp) {
+			qp.Ctx.PostAsync(EventQPLastWQE, qp.Cookie)
+		}
+		return
+	}
+	for {
+		e, ok := qp.takeRQ()
+		if !ok {
+			return
+		}
+		qp.RecvCQ.Push(&CQE{WRID: e.WRID, Status: WCWRFlushErr, Opcode: WCOpRecv, QPNum: qp.Num}, false)
+	}
+}
+
+// PostRecvDoorbell is capi's call after post_recv on a QP in ERR: receives
+// posted to an errored QP complete at once with a flush error.
+func (qp *QP) PostRecvDoorbell() {
+	if qp.State() == QPSErr {
+		qp.flushRecv()
+	}
+}
+
+func (qp *QP) resetQueues() {
+	qp.sqMu.Lock()
+	qp.SQ.setProd(0)
+	qp.SQ.setCons(0)
+	qp.sqNext = 0
+	clear(qp.sqDone)
+	qp.sqMu.Unlock()
+	if qp.RQ != nil {
+		qp.RQ.setProd(0)
+		qp.RQ.setCons(0)
+	}
+	atomic.StoreUint32(&qp.SQ.hdr.Doorbell, 1)
+}
+
+func (qp *QP) takeRQ() (RQE, bool) {
+	r := qp.RQ
+	c := r.cons()
+	if c == r.prod() {
+		return RQE{}, false
+	}
+	e := *(*RQE)(r.entry(c))
+	r.setCons(c + 1)
+	return e, true
+}
+
+// TakeRecv consumes the next receive buffer, from the QP's RQ or its SRQ.
+// Only the QP's receive path calls it.
+func (qp *QP) TakeRecv() (RQE, bool) {
+	if qp.SRQ != nil {
+		return qp.SRQ.take()
+	}
+	return qp.takeRQ()
+}
+
+// CompleteRecv writes a receive completion.
+func (qp *QP) CompleteRecv(e *RQE, c CQE, solicited bool) {
+	c.WRID = e.WRID
+	c.QPNum = qp.Num
+	qp.RecvCQ.Push(&c, solicited)
+}
+
+// Destroy releases the QP's rings; the connection, if any, is aborted.
+func (qp *QP) Destroy() {
+	qp.mu.Lock()
+	conn := qp.conn
+	qp.conn = nil
+	qp.publishState(QPSReset)
+	qp.mu.Unlock()
+	if conn != nil {
+		conn.Close(false)
+	}
+	if qp.SRQ != nil {
+		qp.SRQ.detach(qp)
+	}
+}
+
+// FreeRings unmaps the queue memory; capi calls it once the C side forgot it.
+func (qp *QP) FreeRings() {
+	qp.SQ.free()
+	qp.RQ.free()
+}
