@@ -37,7 +37,10 @@ if [[ $FUZZTIME != 0 ]]; then
     dir=./$(dirname "${f#./}")
     for fn in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$f"); do
       echo "--- go test -run=^\$ -fuzz=^$fn\$ -fuzztime=$FUZZTIME $dir"
-      go test -run='^$' -fuzz="^$fn\$" -fuzztime="$FUZZTIME" "$dir" 2>&1 | tail -3
+      if ! go test -run='^$' -fuzz="^$fn\$" -fuzztime="$FUZZTIME" "$dir" >"$logs/fuzz" 2>&1; then
+        cat "$logs/fuzz"; echo "FAIL: fuzz $dir $fn (the failing input is saved under $dir/testdata/fuzz/$fn/)"; exit 1
+      fi
+      tail -1 "$logs/fuzz"
       fuzzlog+=("ok fuzz $dir $fn")
     done
   done < <(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v -e '^./_build' -e '^./build-' | sort)
@@ -55,13 +58,15 @@ step install smoke test
 prefix=$logs/prefix
 cmake --install "$B" --prefix "$prefix" >/dev/null
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$B/CMakeCache.txt")
-for f in "$libdir/libgoiwarp.so.1" "$libdir/libgoiwarp.so" "$libdir/pkgconfig/goiwarp.pc" include/goiwarp.h; do
+headers=$(if [[ -d include ]]; then cd include && find . -name '*.h' | sed 's|^\./|include/|'; fi)
+for f in "$libdir/libgoiwarp.so.1" "$libdir/libgoiwarp.so" "$libdir/pkgconfig/goiwarp.pc" $headers; do
   [[ -e $prefix/$f ]] || { echo "FAIL: install: $prefix/$f missing"; exit 1; }
 done
 PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig pkg-config --cflags --libs goiwarp
-echo "ok: install (lib, soname link, headers, goiwarp.pc, $(ls "$prefix/bin" 2>/dev/null | wc -l) examples)"
+[[ -L $prefix/$libdir/libgoiwarp.so ]] || { echo "FAIL: install: $libdir/libgoiwarp.so is not a symlink"; exit 1; }
+echo "ok: install (lib, soname link, $(echo $headers | wc -w) headers, goiwarp.pc, $(ls "$prefix/bin" 2>/dev/null | wc -l) examples)"
 
 step summary
 grep -E '^(ok|FAIL|---|\?)' "$logs/gotest" | grep -v '^---' || true
-printf '%s\n' "${fuzzlog[@]+"${fuzzlog[@]}"}"
+[[ ${#fuzzlog[@]} -eq 0 ]] || printf '%s\n' "${fuzzlog[@]}"
 grep -E 'tests passed|tests failed' "$logs/ctest"
