@@ -1,0 +1,219 @@
+/* capi private header: the C objects behind the libibverbs ABI.
+ *
+ * ---------------------------------------------------------------------------
+ * Interface notes for the rest of capi (rdmacm glue, giw_* extensions)
+ * ---------------------------------------------------------------------------
+ * Every struct the ABI fixes is allocated by C (calloc) and embeds the public
+ * struct first; its private tail holds `uintptr_t h`, a runtime/cgo.Handle to
+ * the Go object. Go objects never cross into C; handles do.
+ *
+ *   C object                    private struct        Go object (cgo.Handle(h).Value())
+ *   struct ibv_context *        struct gcapi_context  *verbs.Context
+ *   struct ibv_pd *             struct gcapi_pd       *verbs.PD
+ *   struct ibv_mr *             struct gcapi_mr       *verbs.MR
+ *   struct ibv_comp_channel *   struct gcapi_channel  *verbs.CompChannel
+ *   struct ibv_cq * / _cq_ex *  struct gcapi_cq       *verbs.CQ
+ *   struct ibv_qp * / _qp_ex *  struct gcapi_qp       *verbs.QP
+ *   struct ibv_srq *            struct gcapi_srq      *verbs.SRQ
+ *
+ * From C:  uintptr_t gcapi_context_handle(struct ibv_context *);
+ *          uintptr_t gcapi_pd_handle(struct ibv_pd *);
+ *          uintptr_t gcapi_mr_handle(struct ibv_mr *);
+ *          uintptr_t gcapi_cq_handle(struct ibv_cq *);
+ *          uintptr_t gcapi_qp_handle(struct ibv_qp *);
+ *          uintptr_t gcapi_srq_handle(struct ibv_srq *);
+ *   (0 for NULL.)
+ * From Go (package main, same cgo namespace; see capi/handles.go):
+ *          contextOf(*C.struct_ibv_context) *verbs.Context
+ *          pdOf(*C.struct_ibv_pd) *verbs.PD
+ *          cqOf(*C.struct_ibv_cq) *verbs.CQ
+ *          qpOf(*C.struct_ibv_qp) *verbs.QP
+ *          srqOf(*C.struct_ibv_srq) *verbs.SRQ
+ *   or, with a bare handle, handleValue[T](h uintptr) T.
+ *   A QP's async-event/completion cookie (verbs.QP.Cookie, CQ.Cookie,
+ *   SRQ.Cookie) is the address of the C struct, so Go can name the object to
+ *   C: (*C.struct_ibv_qp)(unsafe.Pointer(qp.Cookie)).
+ *
+ * Devices and contexts for rdma_cm:
+ *   struct ibv_device *gcapi_device_by_name(const char *name);
+ *       the (never freed) struct ibv_device of "giw_<if>", refreshing the
+ *       device table; NULL+ENODEV when there is no such device.
+ *   struct ibv_context *gcapi_open_device_by_name(const char *name);
+ *       one shared context per device, opened on first use and kept open for
+ *       the life of the process (what librdmacm does with its cma_dev
+ *       contexts); rdma_get_devices / cm_id->verbs should use these.
+ *       NULL+errno on failure.
+ *   int gcapi_context_ifindex(struct ibv_context *);  interface index of its device
+ *
+ * QP state: after the CM attaches a connection (verbs.QP.Attach) the QP is in
+ * RTS in Go; the C side reads the state from the ring header (ring->state), so
+ * nothing else must be updated. ibv_modify_qp to RTS without a connection
+ * returns EOPNOTSUPP (verbs decides).
+ *
+ * errno: Go exports return an errno value (0 = success); the C glue sets
+ * errno (gcapi_err / gcapi_errp below).
+ * Internal C helpers use the gcapi_ prefix (kept local by the version script),
+ * Go exports use goVerbs*.
+ * ---------------------------------------------------------------------------
+ */
+#ifndef GCAPI_H
+#define GCAPI_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+#include "giw_ring.h"
+
+#define gcapi_container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* What Go tells C about a device. */
+struct gcapi_devinfo {
+	char name[IBV_SYSFS_NAME_MAX]; /* giw_<ifname> */
+	char ifname[IBV_SYSFS_NAME_MAX];
+	uint64_t guid; /* host order; big-endian on the ABI */
+	uint8_t gid[16];
+	int32_t ifindex;
+	int32_t mtu;
+	uint32_t vendor_id;
+	uint32_t part_id;
+};
+
+struct gcapi_device {
+	struct ibv_device dev;
+	struct gcapi_devinfo info;
+	int index; /* position in the device table, stable */
+};
+
+struct gcapi_context {
+	struct verbs_context vctx; /* ibv_context is last inside it */
+	struct gcapi_device *gdev;
+	uintptr_t h;
+};
+
+struct gcapi_pd {
+	struct ibv_pd pd;
+	uintptr_t h;
+};
+
+struct gcapi_mr {
+	struct ibv_mr mr;
+	uintptr_t h;
+};
+
+struct gcapi_channel {
+	struct ibv_comp_channel ch;
+	pthread_mutex_t lock; /* guards ch.refcnt */
+	uintptr_t h;
+};
+
+struct gcapi_cq {
+	struct ibv_cq_ex cq; /* struct ibv_cq is its prefix */
+	pthread_spinlock_t lock;
+	struct giw_ring *ring;
+	uint64_t wc_flags; /* create_cq_ex: what the read_* ops may be asked */
+	struct giw_cqe cur; /* start_poll/next_poll: the current entry */
+	uint32_t comp_delivered; /* events handed out by ibv_get_cq_event */
+	uint32_t async_delivered;
+	uintptr_t h;
+};
+
+struct gcapi_srq {
+	struct ibv_srq srq;
+	pthread_spinlock_t lock;
+	struct giw_ring *ring;
+	uint32_t max_sge;
+	uint32_t async_delivered;
+	uintptr_t h;
+};
+
+struct gcapi_qp {
+	struct ibv_qp_ex qpx; /* struct ibv_qp first */
+	pthread_spinlock_t sq_lock;
+	pthread_spinlock_t rq_lock;
+	struct giw_ring *sq;
+	struct giw_ring *rq; /* NULL with an SRQ */
+	uint32_t max_send_sge, max_recv_sge, max_inline;
+	uint32_t max_send_wr, max_recv_wr;
+	int sq_sig_all;
+	uint64_t send_ops_flags;
+	/* ibv_wr_* builder state, valid between wr_start and wr_complete/abort */
+	struct giw_sqe *wr_cur; /* entry of the current WR, NULL before the first */
+	uint32_t wr_prod; /* next free slot */
+	int wr_err;
+	uint32_t async_delivered;
+	uintptr_t h;
+};
+
+static inline struct gcapi_context *gcapi_ctx(struct ibv_context *c)
+{
+	return gcapi_container_of(c, struct gcapi_context, vctx.context);
+}
+static inline struct gcapi_cq *gcapi_cq(struct ibv_cq *cq)
+{
+	return (struct gcapi_cq *)cq;
+}
+static inline struct gcapi_cq *gcapi_cqx(struct ibv_cq_ex *cq)
+{
+	return (struct gcapi_cq *)cq;
+}
+static inline struct gcapi_qp *gcapi_qp(struct ibv_qp *qp)
+{
+	return (struct gcapi_qp *)qp;
+}
+static inline struct gcapi_qp *gcapi_qpx(struct ibv_qp_ex *qp)
+{
+	return (struct gcapi_qp *)qp;
+}
+static inline struct gcapi_srq *gcapi_srq(struct ibv_srq *srq)
+{
+	return (struct gcapi_srq *)srq;
+}
+
+/* errno helpers: the one place errno is set. */
+static inline int gcapi_err(int e)
+{
+	errno = e;
+	return e;
+}
+static inline void *gcapi_errp(int e)
+{
+	errno = e;
+	return NULL;
+}
+
+/* Handles for the rdmacm glue and the giw_* extensions. */
+uintptr_t gcapi_context_handle(struct ibv_context *ctx);
+uintptr_t gcapi_pd_handle(struct ibv_pd *pd);
+uintptr_t gcapi_mr_handle(struct ibv_mr *mr);
+uintptr_t gcapi_cq_handle(struct ibv_cq *cq);
+uintptr_t gcapi_qp_handle(struct ibv_qp *qp);
+uintptr_t gcapi_srq_handle(struct ibv_srq *srq);
+struct ibv_device *gcapi_device_by_name(const char *name);
+struct ibv_context *gcapi_open_device_by_name(const char *name);
+int gcapi_context_ifindex(struct ibv_context *ctx);
+
+/* Live-object registry: events name C objects by address; a record for an
+ * object destroyed meanwhile is dropped instead of handed out. Delivery and
+ * the destroy-side wait are serialised by the registry lock. */
+void gcapi_live_add(void *obj);
+void gcapi_live_del(void *obj);
+/* Under the registry lock: if obj is live, add 1 to *delivered and return 1. */
+int gcapi_live_deliver(void *obj, uint32_t *delivered);
+
+/* Data path ops installed in context->ops (datapath.c). */
+int gcapi_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int gcapi_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int gcapi_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int gcapi_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int gcapi_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+void gcapi_qp_ex_init(struct gcapi_qp *qp); /* ibv_wr_* function pointers */
+void gcapi_cq_ex_init(struct gcapi_cq *cq); /* start_poll & co */
+
+/* Layout accessors for the Go layout test (layout.c). */
+size_t gcapi_layout(int what);
+
+#endif
