@@ -65,8 +65,14 @@ func PutULPDULen(b []byte, ulpduLen int) { binary.BigEndian.PutUint16(b, uint16(
 // ULPDULen reads the ULPDU Length field from b[:2].
 func ULPDULen(b []byte) int { return int(binary.BigEndian.Uint16(b)) }
 
-// PutCRC writes the CRC trailer value.
-func PutCRC(b []byte, crc uint32) { binary.BigEndian.PutUint32(b, crc) }
+// PutCRC writes the CRC trailer. The CRC32c value goes on the wire least
+// significant byte first, as in iSCSI (RFC 3720 appendix B.4) and as Linux
+// siw sends it: the CRC of the bytes 00 22 41 43 ... 00 40 is 0xf456229f
+// and travels as 9f 22 56 f4.
+func PutCRC(b []byte, crc uint32) { binary.LittleEndian.PutUint32(b, crc) }
+
+// GetCRC reads the CRC trailer written by PutCRC.
+func GetCRC(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
 
 // FinishFPDU completes an FPDU in place: b[2:2+ulpduLen] holds the ULPDU;
 // FinishFPDU writes the length field, zero pad and the CRC trailer (the
@@ -104,7 +110,7 @@ func CheckFPDU(b []byte, crc bool) (ulpdu []byte, n int, err error) {
 	if len(b) < n {
 		return nil, 0, ErrShort
 	}
-	if crc && CRC32c(b[:n-MPACRCSize]) != binary.BigEndian.Uint32(b[n-MPACRCSize:]) {
+	if crc && CRC32c(b[:n-MPACRCSize]) != GetCRC(b[n-MPACRCSize:]) {
 		return nil, 0, ErrMPACRC
 	}
 	return b[MPALenSize : MPALenSize+l], n, nil
