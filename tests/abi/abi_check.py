@@ -11,7 +11,10 @@ be identical.
 
 The names come from our headers only (gcc -E -dD, keeping what our files
 define), so nothing new escapes the check; a name the reference headers lack
-makes the reference build fail, which is reported as a mismatch.
+makes the reference build fail, which is reported as a mismatch. In the
+other direction, every struct, member, enum, enumerator, macro and function
+that rdma-core's version of one of our headers defines must exist in ours
+(rdma/ib_user_verbs.h, intentionally partial, excepted).
 
 Exit status: 0 identical, 1 ABI mismatch (diff or name missing from the
 reference), 2 our own headers or the tool failed.
@@ -67,24 +70,27 @@ def includes_src(headers):
 
 # ---- reading our headers ------------------------------------------------
 
-def our_text(cc, inc, headers):
-    """Code and #define/#undef lines that come from files under inc."""
+def our_text(cc, inc, headers, only=None):
+    """Tokens and macros defined by files under inc (or by the files in
+    the set only, when given)."""
     with tempfile.NamedTemporaryFile("w", suffix=".c", delete=False) as f:
         f.write(includes_src(headers))
         src = f.name
     try:
-        r = run([cc, "-std=gnu11", "-E", "-dD", "-I", inc, src])
+        r = run([cc, "-std=gnu11", "-E", "-dD", "-w"] +
+                (["-I", inc] if inc and only is None else []) + [src])
     finally:
         os.unlink(src)
     if r.returncode != 0:
         raise Fail(2, "preprocessing our headers failed:\n" + r.stderr)
-    inc_real = os.path.realpath(inc) + os.sep
+    inc_real = os.path.realpath(inc or "/usr/include") + os.sep
     code, macros = [], {}
     ours = False
     for line in r.stdout.splitlines():
         m = re.match(r'^# \d+ "(.*)"', line)
         if m:
-            ours = os.path.realpath(m.group(1)).startswith(inc_real)
+            real = os.path.realpath(m.group(1))
+            ours = real in only if only is not None else real.startswith(inc_real)
             continue
         if not ours:
             continue
@@ -218,6 +224,44 @@ def scan(tokens):
                 continue
         i += 1
     return aggs, enums, consts
+
+
+# ---- completeness -------------------------------------------------------
+
+# Headers of ours that intentionally hold only a subset of rdma-core's.
+PARTIAL = {"rdma/ib_user_verbs.h"}
+
+
+def missing_names(cc, ref, our_inc, headers, aggs, enums, consts, macros):
+    """Names that the reference versions of our headers define and ours lack."""
+    only = {os.path.realpath(os.path.join(ref or "/usr/include", h))
+            for h in headers if h not in PARTIAL}
+    tokens, rmacros = our_text(cc, ref, headers, only)
+    raggs, renums, rconsts = scan(tokens)
+    mine = dict(aggs)
+    missing = []
+    for tag, members in raggs:
+        if tag not in mine:
+            missing.append(tag)
+            continue
+        have = {p for p, _ in mine[tag]}
+        missing += ["%s.%s" % (tag, p) for p, _ in members if p not in have]
+    missing += [e for e in renums if e not in enums]
+    have = set(consts)
+    missing += ["enumerator " + c for c in rconsts if c not in have]
+    kw = {"if", "while", "for", "switch", "return", "sizeof", "do",
+          "__attribute__", "__builtin_constant_p", "offsetof", "assert"}
+
+    def called(toks):
+        return {t for k, t in enumerate(toks[:-1])
+                if toks[k + 1] == "(" and IDENT_RE.match(t) and t not in kw
+                and not t.startswith("__")}
+    mytoks, _ = our_text(cc, our_inc, headers)
+    have = called(mytoks) | set(macros)
+    missing += ["function " + f for f in sorted(called(tokens) - have)]
+    missing += ["macro " + m for m in sorted(rmacros)
+                if m not in macros and (rmacros[m][0] is not None or rmacros[m][1])]
+    return missing
 
 
 # ---- classifying macros -------------------------------------------------
@@ -372,6 +416,8 @@ def main():
         other = sorted(n for n, (p, body) in macros.items()
                        if n not in ints and (p is not None or body))
         program = gen_program(headers, aggs, enums, consts, ints)
+        missing = missing_names(a.cc, a.reference, a.ours, headers, aggs, enums,
+                                consts, macros)
 
         mine, err = dump(a.cc, a.ours, headers, program, other, workdir, "ours")
         if mine is None:
@@ -392,6 +438,10 @@ def main():
                    "%d enumerators, %d integer macros, %d other macros"
                    % (len(headers), len(aggs), nmem, len(enums), len(consts),
                       len(ints), len(other)))
+        if missing:
+            print("ABI INCOMPLETE: rdma-core defines, our headers lack:\n  " +
+                  "\n  ".join(missing))
+            return 1
         if mine != theirs:
             sys.stdout.writelines(difflib.unified_diff(
                 [l + "\n" for l in theirs], [l + "\n" for l in mine],

@@ -5,6 +5,7 @@ abi_check.py to report an ABI mismatch (exit status 1).
   moved-field  swap struct ibv_wc's qp_num and src_qp (same type and size,
                so only the offsets betray it)
   extra-name   add an enumerator that rdma-core does not have
+  missing-name drop an enumerator that rdma-core has
 """
 import os
 import re
@@ -30,6 +31,10 @@ def perturb(inc, mode):
         body = "\tIBV_WC_SUCCESS,\n"
         new = body + "\tIBV_WC_GOIWARP_ONLY_NAME_FOR_TEST = 1000,\n"
         expect = "IBV_WC_GOIWARP_ONLY_NAME_FOR_TEST"
+    elif mode == "missing-name":
+        body = "\tIBV_WC_TM_RNDV_INCOMPLETE,\n"
+        new = ""
+        expect = "IBV_WC_TM_RNDV_INCOMPLETE"
     else:
         sys.exit("unknown mode " + mode)
     if body not in text or new == body:
