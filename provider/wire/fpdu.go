@@ -206,10 +206,12 @@ func InsertMarkers(dst, fpdu []byte, pos uint64) (int, error) {
 // StripMarkers removes the markers from one FPDU as received (wire holds
 // exactly the FPDU's stream octets, starting at stream offset pos) and
 // writes the bare FPDU to dst, returning its length. Every marker's
-// FPDUPTR is checked; a mismatch returns ErrMPAMarker. dst may be wire[:0]
-// to strip in place.
+// FPDUPTR is checked; a mismatch, or a marker after the FPDU's last byte
+// (it would belong to the next FPDU), returns ErrMPAMarker. dst may be
+// wire[:0] to strip in place.
 func StripMarkers(dst, wire []byte, pos uint64) (int, error) {
 	dst = dst[:cap(dst)]
+	start := pos
 	hdr := pos
 	if len(wire) > 0 && NextMarker(pos) == 0 {
 		hdr = pos + MarkerLen
@@ -240,6 +242,10 @@ func StripMarkers(dst, wire []byte, pos uint64) (int, error) {
 		w += take
 		r += take
 		pos += uint64(take)
+	}
+	if MarkedLen(start, w) != len(wire) {
+		// A marker after the last FPDU byte belongs to the next FPDU.
+		return 0, ErrMPAMarker
 	}
 	return w, nil
 }
