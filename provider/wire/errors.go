@@ -89,8 +89,13 @@ const (
 	DDPCodeUntaggedInvalidMO      ErrorCode = 0x04 // invalid MO
 	DDPCodeUntaggedTooLong        ErrorCode = 0x05 // DDP message too long for available buffer
 	DDPCodeUntaggedInvalidVersion ErrorCode = 0x06 // invalid DDP version
-	DDPCodeLocalCatastrophic      ErrorCode = 0x00 // with DDPErrLocalCatastrophic
-	RDMAPCodeLocalCatastrophic    ErrorCode = 0x00 // with RDMAPErrLocalCatastrophic
+)
+
+// Local catastrophic error codes (RFC 5040 and RFC 5041 section 7.2): the
+// code that goes with RDMAPErrLocalCatastrophic and DDPErrLocalCatastrophic.
+const (
+	RDMAPCodeLocalCatastrophic ErrorCode = 0x00
+	DDPCodeLocalCatastrophic   ErrorCode = 0x00
 )
 
 // MPA (LLP) error codes (RFC 5044 section 8, RFC 6581 section 6), with LLPErrMPA.
