@@ -82,6 +82,14 @@ struct gcapi_devinfo {
 	uint32_t part_id;
 };
 
+/* Device limits, from the verbs constants (goVerbsLimits, once). */
+struct gcapi_limits {
+	uint32_t max_qp, max_qp_wr, max_cq, max_cqe, max_mr, max_pd;
+	uint32_t max_srq, max_srq_wr, max_ird, max_ord, max_sge, max_inline;
+	uint64_t max_mr_size, max_msg_size, page_size_cap;
+};
+extern struct gcapi_limits gcapi_limits;
+
 struct gcapi_device {
 	struct ibv_device dev;
 	struct gcapi_devinfo info;
@@ -96,6 +104,7 @@ struct gcapi_context {
 
 struct gcapi_pd {
 	struct ibv_pd pd;
+	int usecnt; /* MRs, QPs, SRQs on it: dealloc is EBUSY meanwhile */
 	uintptr_t h;
 };
 
@@ -118,6 +127,7 @@ struct gcapi_cq {
 	struct giw_cqe cur; /* start_poll/next_poll: the current entry */
 	uint32_t comp_delivered; /* events handed out by ibv_get_cq_event */
 	uint32_t async_delivered;
+	int usecnt; /* QPs using it */
 	uintptr_t h;
 };
 
@@ -127,6 +137,7 @@ struct gcapi_srq {
 	struct giw_ring *ring;
 	uint32_t max_sge;
 	uint32_t async_delivered;
+	int usecnt; /* QPs using it */
 	uintptr_t h;
 };
 

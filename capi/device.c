@@ -1,0 +1,704 @@
+/* Devices, contexts, queries, async events and the *_str helpers. */
+#define _GNU_SOURCE
+#include <endian.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "capi.h"
+#include "_cgo_export.h"
+
+struct gcapi_limits gcapi_limits;
+static pthread_once_t limits_once = PTHREAD_ONCE_INIT;
+
+static void load_limits(void)
+{
+	goVerbsLimits(&gcapi_limits);
+}
+
+static const struct gcapi_limits *limits(void)
+{
+	pthread_once(&limits_once, load_limits);
+	return &gcapi_limits;
+}
+
+/* ---- device table ------------------------------------------------------ */
+
+/* struct ibv_device objects outlive device lists (contexts point at them), so
+ * the table only grows: one entry per device name ever seen. */
+static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gcapi_device **dev_table;
+static int dev_count;
+
+static struct gcapi_device *dev_lookup_locked(const char *name)
+{
+	for (int i = 0; i < dev_count; i++)
+		if (strcmp(dev_table[i]->info.name, name) == 0)
+			return dev_table[i];
+	return NULL;
+}
+
+static struct gcapi_device *dev_intern_locked(const struct gcapi_devinfo *info)
+{
+	struct gcapi_device *d = dev_lookup_locked(info->name);
+
+	if (d) {
+		d->info = *info;
+		return d;
+	}
+	struct gcapi_device **t = realloc(dev_table, sizeof(*t) * (dev_count + 1));
+	if (!t)
+		return NULL;
+	dev_table = t;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return NULL;
+	d->info = *info;
+	d->index = dev_count;
+	d->dev.node_type = IBV_NODE_RNIC;
+	d->dev.transport_type = IBV_TRANSPORT_IWARP;
+	snprintf(d->dev.name, sizeof(d->dev.name), "%s", info->name);
+	snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "uverbs%d", d->index);
+	snprintf(d->dev.dev_path, sizeof(d->dev.dev_path),
+		 "/sys/class/infiniband_verbs/uverbs%d", d->index);
+	snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path),
+		 "/sys/class/infiniband/%s", info->name);
+	dev_table[dev_count++] = d;
+	return d;
+}
+
+/* Refreshes the table from Go; returns the current devices (malloc'd) or NULL. */
+static struct gcapi_device **dev_refresh(int *num)
+{
+	int n = goVerbsDevices(NULL, 0);
+	struct gcapi_devinfo *infos;
+	struct gcapi_device **list;
+	int got;
+
+	for (;;) {
+		infos = calloc(n + 1, sizeof(*infos));
+		if (!infos)
+			return gcapi_errp(ENOMEM);
+		got = goVerbsDevices(infos, n + 1);
+		if (got <= n + 1)
+			break;
+		free(infos);
+		n = got;
+	}
+	list = calloc(got + 1, sizeof(*list));
+	if (!list) {
+		free(infos);
+		return gcapi_errp(ENOMEM);
+	}
+	pthread_mutex_lock(&dev_lock);
+	int k = 0;
+	for (int i = 0; i < got; i++) {
+		struct gcapi_device *d = dev_intern_locked(&infos[i]);
+		if (d)
+			list[k++] = d;
+	}
+	pthread_mutex_unlock(&dev_lock);
+	free(infos);
+	*num = k;
+	return list;
+}
+
+struct ibv_device **ibv_get_device_list(int *num_devices)
+{
+	int n = 0;
+	struct gcapi_device **l = dev_refresh(&n);
+	struct ibv_device **out;
+
+	if (num_devices)
+		*num_devices = 0;
+	if (!l)
+		return NULL;
+	out = calloc(n + 1, sizeof(*out));
+	if (!out) {
+		free(l);
+		return gcapi_errp(ENOMEM);
+	}
+	for (int i = 0; i < n; i++)
+		out[i] = &l[i]->dev;
+	free(l);
+	if (num_devices)
+		*num_devices = n;
+	return out;
+}
+
+void ibv_free_device_list(struct ibv_device **list)
+{
+	free(list);
+}
+
+static struct gcapi_device *gdev(struct ibv_device *d)
+{
+	return gcapi_container_of(d, struct gcapi_device, dev);
+}
+
+const char *ibv_get_device_name(struct ibv_device *device)
+{
+	return device ? device->name : NULL;
+}
+
+int ibv_get_device_index(struct ibv_device *device)
+{
+	return device ? gdev(device)->index : -1;
+}
+
+__be64 ibv_get_device_guid(struct ibv_device *device)
+{
+	return device ? htobe64(gdev(device)->info.guid) : 0;
+}
+
+struct ibv_device *gcapi_device_by_name(const char *name)
+{
+	int n = 0;
+	struct gcapi_device **l = dev_refresh(&n);
+	struct ibv_device *found = NULL;
+
+	if (!l)
+		return NULL;
+	for (int i = 0; i < n && name; i++)
+		if (strcmp(l[i]->info.name, name) == 0)
+			found = &l[i]->dev;
+	free(l);
+	if (!found)
+		errno = ENODEV;
+	return found;
+}
+
+/* ---- contexts ---------------------------------------------------------- */
+
+static int query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr,
+			 size_t len);
+static int query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,
+			   struct ibv_device_attr_ex *attr, size_t len);
+struct ibv_cq_ex *gcapi_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
+struct ibv_qp *gcapi_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+struct ibv_srq *gcapi_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr);
+struct ibv_mw *gcapi_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int gcapi_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
+int gcapi_dealloc_mw(struct ibv_mw *mw);
+
+struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	struct gcapi_context *c;
+	struct gcapi_devinfo info;
+	int async_fd = -1, e;
+
+	if (!device)
+		return gcapi_errp(EINVAL);
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return gcapi_errp(ENOMEM);
+	e = goVerbsOpen(device->name, &info, &c->h, &async_fd);
+	if (e) {
+		free(c);
+		return gcapi_errp(e);
+	}
+	pthread_mutex_lock(&dev_lock);
+	c->gdev = gdev(device);
+	c->gdev->info = info;
+	pthread_mutex_unlock(&dev_lock);
+
+	struct verbs_context *v = &c->vctx;
+	struct ibv_context *ctx = &v->context;
+	v->query_port = query_port_ex;
+	v->query_device_ex = query_device_ex;
+	v->create_cq_ex = gcapi_create_cq_ex;
+	v->create_qp_ex = gcapi_create_qp_ex;
+	v->create_srq_ex = gcapi_create_srq_ex;
+	v->sz = sizeof(*v);
+	ctx->device = device;
+	ctx->ops.alloc_mw = gcapi_alloc_mw;
+	ctx->ops.bind_mw = gcapi_bind_mw;
+	ctx->ops.dealloc_mw = gcapi_dealloc_mw;
+	ctx->ops.poll_cq = gcapi_poll_cq;
+	ctx->ops.req_notify_cq = gcapi_req_notify_cq;
+	ctx->ops.post_srq_recv = gcapi_post_srq_recv;
+	ctx->ops.post_send = gcapi_post_send;
+	ctx->ops.post_recv = gcapi_post_recv;
+	/* Nothing reads cmd_fd (there is no kernel); it is a real fd so that
+	 * programs that poll, dup or close it see an ordinary descriptor. */
+	ctx->cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	ctx->async_fd = async_fd;
+	ctx->num_comp_vectors = 1;
+	pthread_mutex_init(&ctx->mutex, NULL);
+	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
+	return ctx;
+}
+
+int ibv_close_device(struct ibv_context *ctx)
+{
+	struct gcapi_context *c;
+
+	if (!ctx)
+		return gcapi_err(EINVAL);
+	c = gcapi_ctx(ctx);
+	if (ctx->cmd_fd >= 0)
+		close(ctx->cmd_fd);
+	goVerbsClose(c->h);
+	pthread_mutex_destroy(&ctx->mutex);
+	free(c);
+	return 0;
+}
+
+uintptr_t gcapi_context_handle(struct ibv_context *ctx)
+{
+	return ctx ? gcapi_ctx(ctx)->h : 0;
+}
+
+int gcapi_context_ifindex(struct ibv_context *ctx)
+{
+	return ctx ? gcapi_ctx(ctx)->gdev->info.ifindex : -1;
+}
+
+/* One shared context per device for rdma_cm, kept for the life of the process. */
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	struct gcapi_device *dev;
+	struct ibv_context *ctx;
+} *shared;
+static int nshared;
+
+struct ibv_context *gcapi_open_device_by_name(const char *name)
+{
+	struct ibv_device *d = gcapi_device_by_name(name);
+	struct ibv_context *ctx = NULL;
+
+	if (!d)
+		return NULL;
+	pthread_mutex_lock(&shared_lock);
+	for (int i = 0; i < nshared; i++)
+		if (shared[i].dev == gdev(d))
+			ctx = shared[i].ctx;
+	if (!ctx) {
+		void *t = realloc(shared, sizeof(*shared) * (nshared + 1));
+		if (t) {
+			shared = t;
+			ctx = ibv_open_device(d);
+			if (ctx) {
+				shared[nshared].dev = gdev(d);
+				shared[nshared].ctx = ctx;
+				nshared++;
+			}
+		} else {
+			errno = ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&shared_lock);
+	return ctx;
+}
+
+/* ---- queries ----------------------------------------------------------- */
+
+int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *a)
+{
+	const struct gcapi_limits *l = limits();
+	const struct gcapi_devinfo *info;
+
+	if (!ctx || !a)
+		return gcapi_err(EINVAL);
+	info = &gcapi_ctx(ctx)->gdev->info;
+	memset(a, 0, sizeof(*a));
+	snprintf(a->fw_ver, sizeof(a->fw_ver), "goiwarp 0.1");
+	a->node_guid = htobe64(info->guid);
+	a->sys_image_guid = htobe64(info->guid);
+	a->max_mr_size = l->max_mr_size;
+	a->page_size_cap = l->page_size_cap;
+	a->vendor_id = info->vendor_id;
+	a->vendor_part_id = info->part_id;
+	a->hw_ver = 0;
+	a->max_qp = l->max_qp;
+	a->max_qp_wr = l->max_qp_wr;
+	a->device_cap_flags = 0;
+	a->max_sge = l->max_sge;
+	a->max_sge_rd = l->max_sge;
+	a->max_cq = l->max_cq;
+	a->max_cqe = l->max_cqe;
+	a->max_mr = l->max_mr;
+	a->max_pd = l->max_pd;
+	a->max_qp_rd_atom = l->max_ird;
+	a->max_res_rd_atom = l->max_ird * l->max_qp;
+	a->max_qp_init_rd_atom = l->max_ord;
+	a->atomic_cap = IBV_ATOMIC_HCA;
+	a->max_srq = l->max_srq;
+	a->max_srq_wr = l->max_srq_wr;
+	a->max_srq_sge = l->max_sge;
+	a->max_pkeys = 1;
+	a->local_ca_ack_delay = 0;
+	a->phys_port_cnt = 1;
+	return 0;
+}
+
+static int query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,
+			   struct ibv_device_attr_ex *attr, size_t len)
+{
+	struct ibv_device_attr_ex full;
+	int e;
+
+	if (in && in->comp_mask)
+		return EINVAL;
+	if (len < sizeof(attr->orig_attr))
+		return EINVAL;
+	memset(&full, 0, sizeof(full));
+	e = ibv_query_device(ctx, &full.orig_attr);
+	if (e)
+		return e;
+	full.phys_port_cnt_ex = 1;
+	memcpy(attr, &full, len < sizeof(full) ? len : sizeof(full));
+	if (len > sizeof(full))
+		memset((char *)attr + sizeof(full), 0, len - sizeof(full));
+	return 0;
+}
+
+static enum ibv_mtu mtu_enum(int mtu)
+{
+	if (mtu >= 4096)
+		return IBV_MTU_4096;
+	if (mtu >= 2048)
+		return IBV_MTU_2048;
+	if (mtu >= 1024)
+		return IBV_MTU_1024;
+	if (mtu >= 512)
+		return IBV_MTU_512;
+	return IBV_MTU_256;
+}
+
+static int fill_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *a)
+{
+	const struct gcapi_devinfo *info;
+
+	if (!ctx || !a)
+		return EINVAL;
+	if (port != 1)
+		return EINVAL;
+	info = &gcapi_ctx(ctx)->gdev->info;
+	memset(a, 0, sizeof(*a));
+	a->state = IBV_PORT_ACTIVE;
+	a->max_mtu = IBV_MTU_4096;
+	a->active_mtu = mtu_enum(info->mtu);
+	a->gid_tbl_len = 1;
+	a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_DEVICE_MGMT_SUP | IBV_PORT_VENDOR_CLASS_SUP;
+	a->max_msg_sz = (uint32_t)limits()->max_msg_size;
+	a->pkey_tbl_len = 1;
+	a->lmc = 0;
+	a->max_vl_num = 1;
+	a->active_width = 2;	/* 4X */
+	a->active_speed = 32;	/* EDR: 4X EDR is what 100 Gb/s software reports */
+	a->phys_state = 5;	/* LinkUp */
+	a->link_layer = IBV_LINK_LAYER_ETHERNET;
+	return 0;
+}
+
+static int query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr,
+			 size_t len)
+{
+	struct ibv_port_attr full;
+	int e = fill_port(ctx, port, &full);
+
+	if (e)
+		return e;
+	memcpy(attr, &full, len < sizeof(full) ? len : sizeof(full));
+	return 0;
+}
+
+/* The exported symbol takes the pre-1.1 layout, which ends before
+ * port_cap_flags2 (the inline ___ibv_query_port uses the extended op). */
+int (ibv_query_port)(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_port_attr *attr)
+{
+	return query_port_ex(ctx, port, (struct ibv_port_attr *)attr,
+			     offsetof(struct ibv_port_attr, port_cap_flags2));
+}
+
+int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
+{
+	if (!ctx || !gid || port != 1 || index != 0)
+		return -1;
+	memcpy(gid->raw, gcapi_ctx(ctx)->gdev->info.gid, 16);
+	return 0;
+}
+
+int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
+		      struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
+{
+	struct ibv_gid_entry e;
+
+	if (!ctx || !entry || flags || entry_size < sizeof(e))
+		return EINVAL;
+	if (port != 1)
+		return EINVAL;
+	if (index != 0)
+		return ENODATA;
+	memset(&e, 0, sizeof(e));
+	memcpy(e.gid.raw, gcapi_ctx(ctx)->gdev->info.gid, 16);
+	e.gid_index = 0;
+	e.port_num = 1;
+	e.gid_type = IBV_GID_TYPE_IB;
+	e.ndev_ifindex = gcapi_ctx(ctx)->gdev->info.ifindex;
+	memcpy(entry, &e, sizeof(e));
+	return 0;
+}
+
+ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
+			     size_t max_entries, uint32_t flags, size_t entry_size)
+{
+	if (!ctx || flags || entry_size < sizeof(struct ibv_gid_entry))
+		return -EINVAL;
+	if (max_entries < 1)
+		return -EINVAL;
+	int e = _ibv_query_gid_ex(ctx, 1, 0, entries, 0, entry_size);
+	return e ? -e : 1;
+}
+
+/* rdma-core private (IBVERBS_PRIVATE_34), imported by ibv_devinfo:
+ * enum ibv_gid_type_sysfs { IB_ROCE_V1 = 0, ROCE_V2 = 1 }. */
+int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index, uint32_t *type)
+{
+	if (!ctx || !type || port != 1 || index != 0)
+		return gcapi_err(EINVAL) ? -1 : -1;
+	*type = 0;
+	return 0;
+}
+
+int ibv_query_pkey(struct ibv_context *ctx, uint8_t port, int index, __be16 *pkey)
+{
+	if (!ctx || !pkey || port != 1 || index != 0)
+		return -1;
+	*pkey = htobe16(0xffff);
+	return 0;
+}
+
+int ibv_get_pkey_index(struct ibv_context *ctx, uint8_t port, __be16 pkey)
+{
+	if (!ctx || port != 1)
+		return -1;
+	return be16toh(pkey) == 0xffff ? 0 : -1;
+}
+
+/* There is no sysfs behind goiwarp devices. */
+int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
+{
+	(void)dir;
+	(void)file;
+	(void)buf;
+	(void)size;
+	errno = ENOENT;
+	return -1;
+}
+
+int ibv_resolve_eth_l2_from_gid(struct ibv_context *ctx, struct ibv_ah_attr *attr,
+				uint8_t eth_mac[6], uint16_t *vid)
+{
+	(void)ctx;
+	(void)attr;
+	(void)eth_mac;
+	(void)vid;
+	return gcapi_err(EOPNOTSUPP);
+}
+
+int ibv_fork_init(void)
+{
+	return 0; /* rings and registered memory are plain process memory */
+}
+
+enum ibv_fork_status ibv_is_fork_initialized(void)
+{
+	return IBV_FORK_UNNEEDED;
+}
+
+/* ---- async events ------------------------------------------------------ */
+
+struct async_rec {
+	uint32_t type;
+	uint32_t pad;
+	uint64_t obj;
+};
+
+int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
+{
+	struct async_rec r;
+
+	if (!ctx || !event)
+		return gcapi_err(EINVAL) ? -1 : -1;
+	for (;;) {
+		ssize_t n = read(ctx->async_fd, &r, sizeof(r));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n != sizeof(r)) {
+			errno = EIO;
+			return -1;
+		}
+		void *obj = (void *)(uintptr_t)r.obj;
+		event->event_type = r.type;
+		switch (r.type) {
+		case IBV_EVENT_CQ_ERR:
+			if (!gcapi_live_deliver(obj, &((struct gcapi_cq *)obj)->async_delivered))
+				continue;
+			event->element.cq = obj;
+			return 0;
+		case IBV_EVENT_QP_FATAL:
+		case IBV_EVENT_QP_REQ_ERR:
+		case IBV_EVENT_QP_ACCESS_ERR:
+		case IBV_EVENT_COMM_EST:
+		case IBV_EVENT_SQ_DRAINED:
+		case IBV_EVENT_PATH_MIG:
+		case IBV_EVENT_PATH_MIG_ERR:
+		case IBV_EVENT_QP_LAST_WQE_REACHED:
+			if (!gcapi_live_deliver(obj, &((struct gcapi_qp *)obj)->async_delivered))
+				continue;
+			event->element.qp = obj;
+			return 0;
+		case IBV_EVENT_SRQ_ERR:
+		case IBV_EVENT_SRQ_LIMIT_REACHED:
+			if (!gcapi_live_deliver(obj, &((struct gcapi_srq *)obj)->async_delivered))
+				continue;
+			event->element.srq = obj;
+			return 0;
+		default:
+			event->element.port_num = (int)r.obj;
+			return 0;
+		}
+	}
+}
+
+void ibv_ack_async_event(struct ibv_async_event *event)
+{
+	pthread_mutex_t *mu = NULL;
+	pthread_cond_t *cond = NULL;
+	uint32_t *done = NULL;
+
+	if (!event)
+		return;
+	switch (event->event_type) {
+	case IBV_EVENT_CQ_ERR: {
+		struct ibv_cq *cq = event->element.cq;
+		mu = &cq->mutex, cond = &cq->cond, done = &cq->async_events_completed;
+		break;
+	}
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED: {
+		struct ibv_qp *qp = event->element.qp;
+		mu = &qp->mutex, cond = &qp->cond, done = &qp->events_completed;
+		break;
+	}
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED: {
+		struct ibv_srq *srq = event->element.srq;
+		mu = &srq->mutex, cond = &srq->cond, done = &srq->events_completed;
+		break;
+	}
+	default:
+		return;
+	}
+	pthread_mutex_lock(mu);
+	++*done;
+	pthread_cond_signal(cond);
+	pthread_mutex_unlock(mu);
+}
+
+/* ---- strings ----------------------------------------------------------- */
+
+const char *ibv_node_type_str(enum ibv_node_type t)
+{
+	static const char *const s[] = {
+		[IBV_NODE_CA] = "InfiniBand channel adapter",
+		[IBV_NODE_SWITCH] = "InfiniBand switch",
+		[IBV_NODE_ROUTER] = "InfiniBand router",
+		[IBV_NODE_RNIC] = "iWARP NIC",
+		[IBV_NODE_USNIC] = "usNIC",
+		[IBV_NODE_USNIC_UDP] = "usNIC UDP",
+		[IBV_NODE_UNSPECIFIED] = "unspecified",
+	};
+	if (t < IBV_NODE_CA || t > IBV_NODE_UNSPECIFIED || !s[t])
+		return "unknown";
+	return s[t];
+}
+
+const char *ibv_port_state_str(enum ibv_port_state st)
+{
+	static const char *const s[] = {
+		[IBV_PORT_NOP] = "no state change (NOP)",
+		[IBV_PORT_DOWN] = "down",
+		[IBV_PORT_INIT] = "init",
+		[IBV_PORT_ARMED] = "armed",
+		[IBV_PORT_ACTIVE] = "active",
+		[IBV_PORT_ACTIVE_DEFER] = "active defer",
+	};
+	if (st < IBV_PORT_NOP || st > IBV_PORT_ACTIVE_DEFER)
+		return "unknown";
+	return s[st];
+}
+
+const char *ibv_event_type_str(enum ibv_event_type ev)
+{
+	static const char *const s[] = {
+		[IBV_EVENT_CQ_ERR] = "CQ error",
+		[IBV_EVENT_QP_FATAL] = "local work queue catastrophic error",
+		[IBV_EVENT_QP_REQ_ERR] = "invalid request local work queue error",
+		[IBV_EVENT_QP_ACCESS_ERR] = "local access violation work queue error",
+		[IBV_EVENT_COMM_EST] = "communication established",
+		[IBV_EVENT_SQ_DRAINED] = "send queue drained",
+		[IBV_EVENT_PATH_MIG] = "path migrated",
+		[IBV_EVENT_PATH_MIG_ERR] = "path migration request error",
+		[IBV_EVENT_DEVICE_FATAL] = "local catastrophic error",
+		[IBV_EVENT_PORT_ACTIVE] = "port active",
+		[IBV_EVENT_PORT_ERR] = "port error",
+		[IBV_EVENT_LID_CHANGE] = "LID change",
+		[IBV_EVENT_PKEY_CHANGE] = "P_Key change",
+		[IBV_EVENT_SM_CHANGE] = "SM change",
+		[IBV_EVENT_SRQ_ERR] = "SRQ catastrophic error",
+		[IBV_EVENT_SRQ_LIMIT_REACHED] = "SRQ limit reached",
+		[IBV_EVENT_QP_LAST_WQE_REACHED] = "last WQE reached",
+		[IBV_EVENT_CLIENT_REREGISTER] = "client reregistration",
+		[IBV_EVENT_GID_CHANGE] = "GID table change",
+		[IBV_EVENT_WQ_FATAL] = "WQ fatal",
+	};
+	if (ev < IBV_EVENT_CQ_ERR || ev > IBV_EVENT_WQ_FATAL)
+		return "unknown";
+	return s[ev];
+}
+
+const char *ibv_wc_status_str(enum ibv_wc_status st)
+{
+	static const char *const s[] = {
+		[IBV_WC_SUCCESS] = "success",
+		[IBV_WC_LOC_LEN_ERR] = "local length error",
+		[IBV_WC_LOC_QP_OP_ERR] = "local QP operation error",
+		[IBV_WC_LOC_EEC_OP_ERR] = "local EE context operation error",
+		[IBV_WC_LOC_PROT_ERR] = "local protection error",
+		[IBV_WC_WR_FLUSH_ERR] = "Work Request Flushed Error",
+		[IBV_WC_MW_BIND_ERR] = "memory management operation error",
+		[IBV_WC_BAD_RESP_ERR] = "bad response error",
+		[IBV_WC_LOC_ACCESS_ERR] = "local access error",
+		[IBV_WC_REM_INV_REQ_ERR] = "remote invalid request error",
+		[IBV_WC_REM_ACCESS_ERR] = "remote access error",
+		[IBV_WC_REM_OP_ERR] = "remote operation error",
+		[IBV_WC_RETRY_EXC_ERR] = "transport retry counter exceeded",
+		[IBV_WC_RNR_RETRY_EXC_ERR] = "RNR retry counter exceeded",
+		[IBV_WC_LOC_RDD_VIOL_ERR] = "local RDD violation error",
+		[IBV_WC_REM_INV_RD_REQ_ERR] = "remote invalid RD request",
+		[IBV_WC_REM_ABORT_ERR] = "aborted error",
+		[IBV_WC_INV_EECN_ERR] = "invalid EE context number",
+		[IBV_WC_INV_EEC_STATE_ERR] = "invalid EE context state",
+		[IBV_WC_FATAL_ERR] = "fatal error",
+		[IBV_WC_RESP_TIMEOUT_ERR] = "response timeout error",
+		[IBV_WC_GENERAL_ERR] = "general error",
+		[IBV_WC_TM_ERR] = "TM error",
+		[IBV_WC_TM_RNDV_INCOMPLETE] = "TM software rendezvous",
+	};
+	if (st < IBV_WC_SUCCESS || st > IBV_WC_TM_RNDV_INCOMPLETE)
+		return "unknown";
+	return s[st];
+}

@@ -1,0 +1,13 @@
+// Command capi is built with -buildmode=c-shared into libgoiwarp.so: the
+// libibverbs and librdmacm C ABI over the Go verbs, provider and rdmacm
+// packages. C code lives in the .c files of this directory (capi.h is the
+// private header); the Go files export functions that convert arguments and
+// dispatch to the Go objects, which they name by runtime/cgo handles.
+package main
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../include -O2 -Wall -Wno-unused-function
+*/
+import "C"
+
+func main() {}

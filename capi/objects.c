@@ -1,0 +1,856 @@
+/* Control path of PDs, MRs, completion channels, CQs, QPs and SRQs, the
+ * live-object registry, and the verbs iWARP refuses. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "capi.h"
+#include "_cgo_export.h"
+
+#define ATOMIC_ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_ACQ_REL)
+#define ATOMIC_LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+
+/* ---- live-object registry ----------------------------------------------- */
+
+#define LIVE_BUCKETS 1024
+struct live_node {
+	void *obj;
+	struct live_node *next;
+};
+static struct live_node *live[LIVE_BUCKETS];
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static unsigned live_hash(void *p)
+{
+	uint64_t x = (uintptr_t)p;
+
+	x ^= x >> 17;
+	x *= 0x9E3779B97F4A7C15ULL;
+	return (unsigned)(x >> 54) & (LIVE_BUCKETS - 1);
+}
+
+void gcapi_live_add(void *obj)
+{
+	struct live_node *n = malloc(sizeof(*n));
+
+	if (!n)
+		return; /* events for it are then dropped: degraded, not unsafe */
+	n->obj = obj;
+	pthread_mutex_lock(&live_lock);
+	n->next = live[live_hash(obj)];
+	live[live_hash(obj)] = n;
+	pthread_mutex_unlock(&live_lock);
+}
+
+void gcapi_live_del(void *obj)
+{
+	pthread_mutex_lock(&live_lock);
+	for (struct live_node **pp = &live[live_hash(obj)]; *pp; pp = &(*pp)->next) {
+		if ((*pp)->obj == obj) {
+			struct live_node *n = *pp;
+			*pp = n->next;
+			free(n);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&live_lock);
+}
+
+int gcapi_live_deliver(void *obj, uint32_t *delivered)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&live_lock);
+	for (struct live_node *n = live[live_hash(obj)]; n; n = n->next) {
+		if (n->obj == obj) {
+			ATOMIC_ADD(delivered, 1);
+			found = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&live_lock);
+	return found;
+}
+
+/* Waits until the application acked every event handed out for an object,
+ * as rdma-core's destroy calls do; *delivered no longer moves (the object
+ * left the registry). */
+static void wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, uint32_t *completed,
+		       uint32_t *delivered)
+{
+	pthread_mutex_lock(mu);
+	while (*completed != ATOMIC_LOAD(delivered))
+		pthread_cond_wait(cond, mu);
+	pthread_mutex_unlock(mu);
+}
+
+static void *sync_init(pthread_mutex_t *mu, pthread_cond_t *cond)
+{
+	pthread_mutex_init(mu, NULL);
+	pthread_cond_init(cond, NULL);
+	return NULL;
+}
+
+static void sync_destroy(pthread_mutex_t *mu, pthread_cond_t *cond)
+{
+	pthread_mutex_destroy(mu);
+	pthread_cond_destroy(cond);
+}
+
+/* ---- handles ------------------------------------------------------------ */
+
+uintptr_t gcapi_pd_handle(struct ibv_pd *pd)
+{
+	return pd ? ((struct gcapi_pd *)pd)->h : 0;
+}
+uintptr_t gcapi_mr_handle(struct ibv_mr *mr)
+{
+	return mr ? ((struct gcapi_mr *)mr)->h : 0;
+}
+uintptr_t gcapi_cq_handle(struct ibv_cq *cq)
+{
+	return cq ? gcapi_cq(cq)->h : 0;
+}
+uintptr_t gcapi_qp_handle(struct ibv_qp *qp)
+{
+	return qp ? gcapi_qp(qp)->h : 0;
+}
+uintptr_t gcapi_srq_handle(struct ibv_srq *srq)
+{
+	return srq ? gcapi_srq(srq)->h : 0;
+}
+
+/* ---- PD ----------------------------------------------------------------- */
+
+struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
+{
+	struct gcapi_pd *p;
+	int e;
+
+	if (!ctx)
+		return gcapi_errp(EINVAL);
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return gcapi_errp(ENOMEM);
+	e = goVerbsAllocPD(gcapi_context_handle(ctx), &p->h);
+	if (e) {
+		free(p);
+		return gcapi_errp(e);
+	}
+	p->pd.context = ctx;
+	p->pd.handle = (uint32_t)(uintptr_t)p;
+	return &p->pd;
+}
+
+int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	struct gcapi_pd *p = (struct gcapi_pd *)pd;
+
+	if (!pd)
+		return gcapi_err(EINVAL);
+	if (ATOMIC_LOAD(&p->usecnt))
+		return gcapi_err(EBUSY);
+	goVerbsDeallocPD(p->h);
+	free(p);
+	return 0;
+}
+
+/* ---- MR ----------------------------------------------------------------- */
+
+static int check_access(unsigned int access)
+{
+	if (access & IBV_ACCESS_ON_DEMAND)
+		return EOPNOTSUPP;
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & IBV_ACCESS_LOCAL_WRITE))
+		return EINVAL;
+	return 0;
+}
+
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+				unsigned int access)
+{
+	struct gcapi_mr *m;
+	uint32_t stag = 0;
+	int e;
+
+	if (!pd || length == 0)
+		return gcapi_errp(EINVAL);
+	access &= ~IBV_ACCESS_OPTIONAL_RANGE; /* best-effort bits may be ignored */
+	e = check_access(access);
+	if (e)
+		return gcapi_errp(e);
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return gcapi_errp(ENOMEM);
+	e = goVerbsRegMR(((struct gcapi_pd *)pd)->h, (uintptr_t)addr, length, iova, (int)access,
+			 &m->h, &stag);
+	if (e) {
+		free(m);
+		return gcapi_errp(e);
+	}
+	ATOMIC_ADD(&((struct gcapi_pd *)pd)->usecnt, 1);
+	m->mr.context = pd->context;
+	m->mr.pd = pd;
+	m->mr.addr = addr;
+	m->mr.length = length;
+	m->mr.handle = stag;
+	m->mr.lkey = stag;
+	m->mr.rkey = stag;
+	return &m->mr;
+}
+
+struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned int)access);
+}
+
+struct ibv_mr *(ibv_reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+				 int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned int)access);
+}
+
+struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova,
+				 int fd, int access)
+{
+	(void)pd, (void)offset, (void)length, (void)iova, (void)fd, (void)access;
+	return gcapi_errp(EOPNOTSUPP);
+}
+
+int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length,
+		 int access)
+{
+	struct gcapi_mr *m = (struct gcapi_mr *)mr;
+	uintptr_t pdh = 0;
+	int e;
+
+	if (!mr || flags <= 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+		access &= ~IBV_ACCESS_OPTIONAL_RANGE;
+		e = check_access((unsigned int)access);
+		if (e) {
+			errno = e;
+			return IBV_REREG_MR_ERR_INPUT;
+		}
+	}
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		pdh = ((struct gcapi_pd *)pd)->h;
+	e = goVerbsReregMR(m->h, flags, pdh, (uintptr_t)addr, length, (uintptr_t)addr, access);
+	if (e) {
+		errno = e;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		mr->addr = addr;
+		mr->length = length;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_PD) {
+		ATOMIC_ADD(&((struct gcapi_pd *)mr->pd)->usecnt, -1);
+		ATOMIC_ADD(&((struct gcapi_pd *)pd)->usecnt, 1);
+		mr->pd = pd;
+	}
+	return 0;
+}
+
+int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	struct gcapi_mr *m = (struct gcapi_mr *)mr;
+
+	if (!mr)
+		return gcapi_err(EINVAL);
+	goVerbsDeregMR(m->h); /* waits for in-flight placement into it */
+	ATOMIC_ADD(&((struct gcapi_pd *)mr->pd)->usecnt, -1);
+	free(m);
+	return 0;
+}
+
+/* ---- completion channels ------------------------------------------------ */
+
+struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
+{
+	struct gcapi_channel *c;
+	int fd = -1, e;
+
+	if (!ctx)
+		return gcapi_errp(EINVAL);
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return gcapi_errp(ENOMEM);
+	e = goVerbsCreateChannel(&c->h, &fd);
+	if (e) {
+		free(c);
+		return gcapi_errp(e);
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	c->ch.context = ctx;
+	c->ch.fd = fd;
+	c->ch.refcnt = 0;
+	return &c->ch;
+}
+
+int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
+{
+	struct gcapi_channel *c = (struct gcapi_channel *)ch;
+
+	if (!ch)
+		return gcapi_err(EINVAL);
+	pthread_mutex_lock(&c->lock);
+	if (ch->refcnt) {
+		pthread_mutex_unlock(&c->lock);
+		return gcapi_err(EBUSY);
+	}
+	pthread_mutex_unlock(&c->lock);
+	goVerbsDestroyChannel(c->h);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+	return 0;
+}
+
+static void channel_ref(struct ibv_comp_channel *ch, int d)
+{
+	struct gcapi_channel *c = (struct gcapi_channel *)ch;
+
+	if (!ch)
+		return;
+	pthread_mutex_lock(&c->lock);
+	ch->refcnt += d;
+	pthread_mutex_unlock(&c->lock);
+}
+
+int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_context)
+{
+	uint64_t rec;
+
+	if (!ch || !cq || !cq_context) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (;;) {
+		ssize_t n = read(ch->fd, &rec, sizeof(rec));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1; /* EAGAIN on an O_NONBLOCK channel */
+		if (n != sizeof(rec)) {
+			errno = EIO;
+			return -1;
+		}
+		struct gcapi_cq *c = (struct gcapi_cq *)(uintptr_t)rec;
+		if (!gcapi_live_deliver(c, &c->comp_delivered))
+			continue; /* the CQ was destroyed after the event was queued */
+		*cq = (struct ibv_cq *)c;
+		*cq_context = c->cq.cq_context;
+		return 0;
+	}
+}
+
+void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	if (!cq)
+		return;
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += nevents;
+	pthread_cond_signal(&cq->cond);
+	pthread_mutex_unlock(&cq->mutex);
+}
+
+/* ---- CQ ----------------------------------------------------------------- */
+
+#define GCAPI_WC_FLAGS_SUP (IBV_WC_STANDARD_FLAGS)
+
+static struct gcapi_cq *cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
+				  struct ibv_comp_channel *ch, int comp_vector, uint64_t wc_flags)
+{
+	struct gcapi_cq *c;
+	int e;
+
+	if (!ctx || cqe < 1)
+		return gcapi_errp(EINVAL);
+	if (comp_vector < 0 || comp_vector >= ctx->num_comp_vectors)
+		return gcapi_errp(EINVAL);
+	if (ch && ch->context != ctx)
+		return gcapi_errp(EINVAL);
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return gcapi_errp(ENOMEM);
+	e = goVerbsCreateCQ(gcapi_context_handle(ctx), cqe,
+			    ch ? ((struct gcapi_channel *)ch)->h : 0, (uintptr_t)c, &c->h, &c->ring);
+	if (e) {
+		free(c);
+		return gcapi_errp(e);
+	}
+	pthread_spin_init(&c->lock, PTHREAD_PROCESS_PRIVATE);
+	sync_init(&c->cq.mutex, &c->cq.cond);
+	c->cq.context = ctx;
+	c->cq.channel = ch;
+	c->cq.cq_context = cq_context;
+	c->cq.handle = (uint32_t)(uintptr_t)c;
+	c->cq.cqe = (int)c->ring->size;
+	c->wc_flags = wc_flags;
+	gcapi_cq_ex_init(c);
+	channel_ref(ch, 1);
+	gcapi_live_add(c);
+	return c;
+}
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+			     struct ibv_comp_channel *ch, int comp_vector)
+{
+	struct gcapi_cq *c = cq_create(ctx, cqe, cq_context, ch, comp_vector,
+				       IBV_WC_STANDARD_FLAGS);
+	return c ? (struct ibv_cq *)&c->cq : NULL;
+}
+
+struct ibv_cq_ex *gcapi_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *a)
+{
+	struct gcapi_cq *c;
+
+	if (!a)
+		return gcapi_errp(EINVAL);
+	if (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
+		return gcapi_errp(EINVAL);
+	if (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD)
+		return gcapi_errp(EOPNOTSUPP); /* no parent domains */
+	if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	    (a->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))
+		return gcapi_errp(EOPNOTSUPP);
+	if (a->wc_flags & ~(uint64_t)GCAPI_WC_FLAGS_SUP)
+		return gcapi_errp(EOPNOTSUPP);
+	c = cq_create(ctx, (int)a->cqe, a->cq_context, a->channel, (int)a->comp_vector,
+		      a->wc_flags);
+	return c ? &c->cq : NULL;
+}
+
+int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	struct gcapi_cq *c = gcapi_cq(cq);
+	struct giw_ring *r = NULL;
+	int e;
+
+	if (!cq || cqe < 1)
+		return gcapi_err(EINVAL);
+	pthread_spin_lock(&c->lock);
+	e = goVerbsResizeCQ(c->h, cqe, &r);
+	if (!e) {
+		c->ring = r;
+		cq->cqe = (int)r->size;
+	}
+	pthread_spin_unlock(&c->lock);
+	return e ? gcapi_err(e) : 0;
+}
+
+int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	struct gcapi_cq *c = gcapi_cq(cq);
+
+	if (!cq)
+		return gcapi_err(EINVAL);
+	if (ATOMIC_LOAD(&c->usecnt))
+		return gcapi_err(EBUSY);
+	gcapi_live_del(c);
+	wait_acked(&cq->mutex, &cq->cond, &cq->comp_events_completed, &c->comp_delivered);
+	wait_acked(&cq->mutex, &cq->cond, &cq->async_events_completed, &c->async_delivered);
+	goVerbsDestroyCQ(c->h);
+	channel_ref(cq->channel, -1);
+	pthread_spin_destroy(&c->lock);
+	sync_destroy(&cq->mutex, &cq->cond);
+	free(c);
+	return 0;
+}
+
+/* ---- SRQ ---------------------------------------------------------------- */
+
+static struct ibv_srq *srq_create(struct ibv_context *ctx, struct ibv_pd *pd, void *srq_context,
+				  struct ibv_srq_attr *attr)
+{
+	struct gcapi_srq *s;
+	int e;
+
+	if (!ctx || !pd || !attr)
+		return gcapi_errp(EINVAL);
+	if (attr->max_sge > GIW_MAX_SGE)
+		return gcapi_errp(EINVAL);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return gcapi_errp(ENOMEM);
+	e = goVerbsCreateSRQ(gcapi_context_handle(ctx), ((struct gcapi_pd *)pd)->h, attr,
+			     (uintptr_t)s, &s->h, &s->ring);
+	if (e) {
+		free(s);
+		return gcapi_errp(e);
+	}
+	pthread_spin_init(&s->lock, PTHREAD_PROCESS_PRIVATE);
+	sync_init(&s->srq.mutex, &s->srq.cond);
+	s->srq.context = ctx;
+	s->srq.srq_context = srq_context;
+	s->srq.pd = pd;
+	s->srq.handle = (uint32_t)(uintptr_t)s;
+	s->max_sge = attr->max_sge;
+	ATOMIC_ADD(&((struct gcapi_pd *)pd)->usecnt, 1);
+	gcapi_live_add(s);
+	return &s->srq;
+}
+
+struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
+{
+	if (!pd || !a)
+		return gcapi_errp(EINVAL);
+	return srq_create(pd->context, pd, a->srq_context, &a->attr);
+}
+
+struct ibv_srq *gcapi_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *a)
+{
+	if (!a)
+		return gcapi_errp(EINVAL);
+	if (a->comp_mask & ~(uint32_t)(IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE))
+		return gcapi_errp(EOPNOTSUPP);
+	if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC)
+		return gcapi_errp(EOPNOTSUPP);
+	if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_PD))
+		return gcapi_errp(EINVAL);
+	return srq_create(ctx, a->pd, a->srq_context, &a->attr);
+}
+
+int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	if (!srq || !attr)
+		return gcapi_err(EINVAL);
+	int e = goVerbsModifySRQ(gcapi_srq(srq)->h, attr, mask);
+	return e ? gcapi_err(e) : 0;
+}
+
+int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	if (!srq || !attr)
+		return gcapi_err(EINVAL);
+	int e = goVerbsQuerySRQ(gcapi_srq(srq)->h, attr);
+	return e ? gcapi_err(e) : 0;
+}
+
+int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	struct gcapi_srq *s = gcapi_srq(srq);
+
+	if (!srq)
+		return gcapi_err(EINVAL);
+	if (ATOMIC_LOAD(&s->usecnt))
+		return gcapi_err(EBUSY);
+	gcapi_live_del(s);
+	wait_acked(&srq->mutex, &srq->cond, &srq->events_completed, &s->async_delivered);
+	goVerbsDestroySRQ(s->h);
+	ATOMIC_ADD(&((struct gcapi_pd *)srq->pd)->usecnt, -1);
+	pthread_spin_destroy(&s->lock);
+	sync_destroy(&srq->mutex, &srq->cond);
+	free(s);
+	return 0;
+}
+
+/* ---- QP ----------------------------------------------------------------- */
+
+#define GCAPI_SEND_OPS_SUP                                                        \
+	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |         \
+	 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | \
+	 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | \
+	 IBV_QP_EX_WITH_SEND_WITH_INV)
+
+struct ibv_qp *gcapi_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
+{
+	struct gcapi_qp *q;
+	uint32_t qpn = 0;
+	int e;
+
+	if (!ctx || !a)
+		return gcapi_errp(EINVAL);
+	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
+				       IBV_QP_INIT_ATTR_CREATE_FLAGS |
+				       IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
+				       IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
+				       IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
+		return gcapi_errp(EINVAL);
+	if (a->comp_mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
+			    IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
+		return gcapi_errp(EOPNOTSUPP);
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)
+		return gcapi_errp(EOPNOTSUPP);
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+	    (a->send_ops_flags & ~(uint64_t)GCAPI_SEND_OPS_SUP))
+		return gcapi_errp(EOPNOTSUPP);
+	/* iWARP has reliable connections only (siw answers EOPNOTSUPP too). */
+	if (a->qp_type != IBV_QPT_RC)
+		return gcapi_errp(EOPNOTSUPP);
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || !a->send_cq || !a->recv_cq)
+		return gcapi_errp(EINVAL);
+	if (a->pd->context != ctx || a->send_cq->context != ctx || a->recv_cq->context != ctx ||
+	    (a->srq && a->srq->context != ctx))
+		return gcapi_errp(EINVAL);
+
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return gcapi_errp(ENOMEM);
+	struct ibv_qp_cap cap = a->cap;
+	if (a->srq)
+		cap.max_recv_wr = cap.max_recv_sge = 0;
+	e = goVerbsCreateQP(gcapi_context_handle(ctx), ((struct gcapi_pd *)a->pd)->h,
+			    gcapi_cq(a->send_cq)->h, gcapi_cq(a->recv_cq)->h,
+			    a->srq ? gcapi_srq(a->srq)->h : 0, &cap, a->sq_sig_all, (uintptr_t)q,
+			    &q->h, &qpn, &q->sq, &q->rq);
+	if (e) {
+		free(q);
+		return gcapi_errp(e);
+	}
+	a->cap = cap;
+	q->max_send_wr = cap.max_send_wr;
+	q->max_recv_wr = cap.max_recv_wr;
+	q->max_send_sge = cap.max_send_sge;
+	q->max_recv_sge = cap.max_recv_sge;
+	q->max_inline = cap.max_inline_data;
+	q->sq_sig_all = a->sq_sig_all;
+	q->send_ops_flags = (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? a->send_ops_flags : 0;
+	pthread_spin_init(&q->sq_lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_spin_init(&q->rq_lock, PTHREAD_PROCESS_PRIVATE);
+
+	struct ibv_qp *qp = &q->qpx.qp_base;
+	sync_init(&qp->mutex, &qp->cond);
+	qp->context = ctx;
+	qp->qp_context = a->qp_context;
+	qp->pd = a->pd;
+	qp->send_cq = a->send_cq;
+	qp->recv_cq = a->recv_cq;
+	qp->srq = a->srq;
+	qp->handle = qpn;
+	qp->qp_num = qpn;
+	qp->state = IBV_QPS_RESET;
+	qp->qp_type = IBV_QPT_RC;
+	gcapi_qp_ex_init(q);
+
+	ATOMIC_ADD(&((struct gcapi_pd *)a->pd)->usecnt, 1);
+	ATOMIC_ADD(&gcapi_cq(a->send_cq)->usecnt, 1);
+	ATOMIC_ADD(&gcapi_cq(a->recv_cq)->usecnt, 1);
+	if (a->srq)
+		ATOMIC_ADD(&gcapi_srq(a->srq)->usecnt, 1);
+	gcapi_live_add(q);
+	return qp;
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
+{
+	struct ibv_qp_init_attr_ex ax;
+	struct ibv_qp *qp;
+
+	if (!pd || !a)
+		return gcapi_errp(EINVAL);
+	memset(&ax, 0, sizeof(ax));
+	memcpy(&ax, a, sizeof(*a));
+	ax.comp_mask = IBV_QP_INIT_ATTR_PD;
+	ax.pd = pd;
+	qp = gcapi_create_qp_ex(pd->context, &ax);
+	if (qp)
+		a->cap = ax.cap;
+	return qp;
+}
+
+struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	return qp ? &gcapi_qp(qp)->qpx : NULL;
+}
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	int e;
+
+	if (!qp || !attr)
+		return gcapi_err(EINVAL);
+	e = goVerbsModifyQP(gcapi_qp(qp)->h, attr, mask);
+	if (e)
+		return gcapi_err(e);
+	if (mask & IBV_QP_STATE)
+		qp->state = attr->qp_state;
+	return 0;
+}
+
+int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
+		 struct ibv_qp_init_attr *init)
+{
+	struct gcapi_qp *q = gcapi_qp(qp);
+	int e;
+
+	(void)mask; /* everything is cheap: fill it all, as providers do */
+	if (!qp || !attr || !init)
+		return gcapi_err(EINVAL);
+	memset(attr, 0, sizeof(*attr));
+	e = goVerbsQueryQP(q->h, attr);
+	if (e)
+		return gcapi_err(e);
+	attr->path_mtu = IBV_MTU_1024;
+	{
+		struct ibv_port_attr pa;
+		if (ibv_query_port(qp->context, 1, &pa) == 0)
+			attr->path_mtu = pa.active_mtu;
+	}
+	attr->cap.max_send_wr = q->max_send_wr;
+	attr->cap.max_recv_wr = q->max_recv_wr;
+	attr->cap.max_send_sge = q->max_send_sge;
+	attr->cap.max_recv_sge = q->max_recv_sge;
+	attr->cap.max_inline_data = q->max_inline;
+	qp->state = attr->qp_state;
+
+	memset(init, 0, sizeof(*init));
+	init->qp_context = qp->qp_context;
+	init->send_cq = qp->send_cq;
+	init->recv_cq = qp->recv_cq;
+	init->srq = qp->srq;
+	init->cap = attr->cap;
+	init->qp_type = qp->qp_type;
+	init->sq_sig_all = q->sq_sig_all;
+	return 0;
+}
+
+int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	struct gcapi_qp *q = gcapi_qp(qp);
+
+	if (!qp)
+		return gcapi_err(EINVAL);
+	gcapi_live_del(q);
+	wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, &q->async_delivered);
+	/* Go aborts the connection, stops the engine on this QP, frees the rings. */
+	goVerbsDestroyQP(q->h);
+	ATOMIC_ADD(&((struct gcapi_pd *)qp->pd)->usecnt, -1);
+	ATOMIC_ADD(&gcapi_cq(qp->send_cq)->usecnt, -1);
+	ATOMIC_ADD(&gcapi_cq(qp->recv_cq)->usecnt, -1);
+	if (qp->srq)
+		ATOMIC_ADD(&gcapi_srq(qp->srq)->usecnt, -1);
+	pthread_spin_destroy(&q->sq_lock);
+	pthread_spin_destroy(&q->rq_lock);
+	sync_destroy(&qp->mutex, &qp->cond);
+	free(q);
+	return 0;
+}
+
+int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
+{
+	(void)qp, (void)op, (void)flags;
+	return 0; /* no guarantee beyond completion order */
+}
+
+int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp, (void)ece;
+	return gcapi_err(EOPNOTSUPP);
+}
+
+int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp, (void)ece;
+	return gcapi_err(EOPNOTSUPP);
+}
+
+/* ---- what iWARP lacks --------------------------------------------------- */
+
+struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	(void)pd, (void)attr;
+	return gcapi_errp(EOPNOTSUPP);
+}
+
+int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc,
+			struct ibv_grh *grh, struct ibv_ah_attr *attr)
+{
+	(void)ctx, (void)port, (void)wc, (void)grh, (void)attr;
+	return gcapi_err(EOPNOTSUPP);
+}
+
+struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh,
+				     uint8_t port)
+{
+	(void)pd, (void)wc, (void)grh, (void)port;
+	return gcapi_errp(EOPNOTSUPP);
+}
+
+int ibv_destroy_ah(struct ibv_ah *ah)
+{
+	(void)ah;
+	return gcapi_err(EOPNOTSUPP);
+}
+
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)qp, (void)gid, (void)lid;
+	return gcapi_err(EOPNOTSUPP);
+}
+
+int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)qp, (void)gid, (void)lid;
+	return gcapi_err(EOPNOTSUPP);
+}
+
+struct ibv_mw *gcapi_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	(void)pd, (void)type;
+	return gcapi_errp(EOPNOTSUPP);
+}
+
+int gcapi_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
+{
+	(void)qp, (void)mw, (void)bind;
+	return gcapi_err(EOPNOTSUPP);
+}
+
+int gcapi_dealloc_mw(struct ibv_mw *mw)
+{
+	(void)mw;
+	return gcapi_err(EOPNOTSUPP);
+}
+
+struct ibv_context *ibv_import_device(int cmd_fd)
+{
+	(void)cmd_fd;
+	return gcapi_errp(EOPNOTSUPP);
+}
+
+struct ibv_pd *ibv_import_pd(struct ibv_context *ctx, uint32_t h)
+{
+	(void)ctx, (void)h;
+	return gcapi_errp(EOPNOTSUPP);
+}
+
+void ibv_unimport_pd(struct ibv_pd *pd)
+{
+	(void)pd;
+}
+
+struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t h)
+{
+	(void)pd, (void)h;
+	return gcapi_errp(EOPNOTSUPP);
+}
+
+void ibv_unimport_mr(struct ibv_mr *mr)
+{
+	(void)mr;
+}
+
+struct ibv_dm *ibv_import_dm(struct ibv_context *ctx, uint32_t h)
+{
+	(void)ctx, (void)h;
+	return gcapi_errp(EOPNOTSUPP);
+}
+
+void ibv_unimport_dm(struct ibv_dm *dm)
+{
+	(void)dm;
+}
