@@ -10,7 +10,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // CRC32cTable returns the CRC32c (Castagnoli) table for use with hash/crc32.
 func CRC32cTable() *crc32.Table { return castagnoli }
 
-// CRC32c returns the CRC32c of b (the MPA FPDU CRC, RFC 5044 section 4.4).
+// CRC32c returns the CRC32c of b (the MPA FPDU CRC, RFC 5044).
 func CRC32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // CRC32cUpdate returns the CRC32c of the data already summed into crc

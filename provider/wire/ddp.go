@@ -2,8 +2,8 @@ package wire
 
 import "encoding/binary"
 
-// DDP segment headers (RFC 5041 section 4) with the RDMAP control byte
-// (RFC 5040 section 4.2) in the first byte of RsvdULP.
+// DDP segment headers (RFC 5041) with the RDMAP control byte
+// (RFC 5040) in the first byte of RsvdULP.
 //
 // Tagged (14 bytes):
 //
@@ -39,7 +39,9 @@ const (
 	untagMOOff      = 14
 )
 
-// DDP queue numbers (RFC 5040 section 5, RFC 7306 section 8).
+// DDP queue numbers (RFC 5040, RFC 7306). The two atomic queue numbers
+// follow RFC 7306's table of RDMA message definitions (requests on 3,
+// responses on 4).
 const (
 	QNSend           = 0 // Send, Send with Invalidate/SE, Immediate Data
 	QNReadRequest    = 1 // RDMA Read Request
@@ -155,4 +157,39 @@ func (h DDPUntagged) Encode(f *DDPUntaggedFields) {
 	binary.BigEndian.PutUint32(h[untagQNOff:], f.QN)
 	binary.BigEndian.PutUint32(h[untagMSNOff:], f.MSN)
 	binary.BigEndian.PutUint32(h[untagMOOff:], f.MO)
+}
+
+// Check validates the header's control bytes as a receiver must: DDP and
+// RDMAP versions 1, a defined opcode, and a tagged opcode.
+func (h DDPTagged) Check() error {
+	if len(h) < DDPTaggedHeaderLen {
+		return ErrShort
+	}
+	if _, err := checkControl(h[ddpCtrlOffset], h[rdmapCtrlOffset]); err != nil {
+		return err
+	}
+	if !h.Tagged() {
+		return ErrRDMAPTagged
+	}
+	return nil
+}
+
+// Check validates the header's control bytes as a receiver must: DDP and
+// RDMAP versions 1, a defined opcode, an untagged opcode, and the queue
+// number that opcode uses.
+func (h DDPUntagged) Check() error {
+	if len(h) < DDPUntaggedHeaderLen {
+		return ErrShort
+	}
+	info, err := checkControl(h[ddpCtrlOffset], h[rdmapCtrlOffset])
+	if err != nil {
+		return err
+	}
+	if h.Tagged() {
+		return ErrRDMAPTagged
+	}
+	if h.QN() != info.QN {
+		return ErrDDPInvalidQN
+	}
+	return nil
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // Layer is the Terminate "Layer" field: which protocol layer found the
-// error (RFC 5040 section 7.1).
+// error (RFC 5040).
 type Layer uint8
 
 // Terminate layers.
@@ -33,14 +33,14 @@ func (l Layer) String() string {
 // layer.
 type ErrorType uint8
 
-// RDMAP error types (RFC 5040 section 7.2).
+// RDMAP error types (RFC 5040).
 const (
 	RDMAPErrLocalCatastrophic ErrorType = 0x0 // local catastrophic error
 	RDMAPErrRemoteProtection  ErrorType = 0x1 // remote protection error
 	RDMAPErrRemoteOperation   ErrorType = 0x2 // remote operation error
 )
 
-// DDP error types (RFC 5041 section 7.2).
+// DDP error types (RFC 5041).
 const (
 	DDPErrLocalCatastrophic ErrorType = 0x0 // local catastrophic error
 	DDPErrTaggedBuffer      ErrorType = 0x1 // tagged buffer error
@@ -48,14 +48,14 @@ const (
 	DDPErrReservedForLLP    ErrorType = 0x3 // reserved for use by the LLP
 )
 
-// LLPErrMPA is the only LLP error type: an MPA error (RFC 5044 section 8).
+// LLPErrMPA is the only LLP error type: an MPA error (RFC 5044).
 const LLPErrMPA ErrorType = 0x0
 
 // ErrorCode is the Terminate "Error Code" field; its meaning depends on the
 // layer and error type.
 type ErrorCode uint8
 
-// RDMAP error codes (RFC 5040 section 7.2). Protection codes go with
+// RDMAP error codes (RFC 5040). Protection codes go with
 // RDMAPErrRemoteProtection, the others with RDMAPErrRemoteOperation;
 // RDMAPErrLocalCatastrophic uses code 0.
 const (
@@ -72,7 +72,7 @@ const (
 	RDMAPCodeUnspecified        ErrorCode = 0xff // unspecified error
 )
 
-// DDP tagged buffer error codes (RFC 5041 section 7.2), with DDPErrTaggedBuffer.
+// DDP tagged buffer error codes (RFC 5041), with DDPErrTaggedBuffer.
 const (
 	DDPCodeTaggedInvalidSTag       ErrorCode = 0x00 // invalid STag
 	DDPCodeTaggedBaseBounds        ErrorCode = 0x01 // base or bounds violation
@@ -81,7 +81,7 @@ const (
 	DDPCodeTaggedInvalidVersion    ErrorCode = 0x04 // invalid DDP version
 )
 
-// DDP untagged buffer error codes (RFC 5041 section 7.2), with DDPErrUntaggedBuffer.
+// DDP untagged buffer error codes (RFC 5041), with DDPErrUntaggedBuffer.
 const (
 	DDPCodeUntaggedInvalidQN      ErrorCode = 0x01 // invalid QN
 	DDPCodeUntaggedNoBuffer       ErrorCode = 0x02 // invalid MSN, no buffer available
@@ -91,14 +91,14 @@ const (
 	DDPCodeUntaggedInvalidVersion ErrorCode = 0x06 // invalid DDP version
 )
 
-// Local catastrophic error codes (RFC 5040 and RFC 5041 section 7.2): the
+// Local catastrophic error codes (RFC 5040 and RFC 5041): the
 // code that goes with RDMAPErrLocalCatastrophic and DDPErrLocalCatastrophic.
 const (
 	RDMAPCodeLocalCatastrophic ErrorCode = 0x00
 	DDPCodeLocalCatastrophic   ErrorCode = 0x00
 )
 
-// MPA (LLP) error codes (RFC 5044 section 8, RFC 6581 section 6), with LLPErrMPA.
+// MPA (LLP) error codes (RFC 5044, RFC 6581), with LLPErrMPA.
 const (
 	MPACodeTCPClosed         ErrorCode = 0x01 // TCP connection closed, terminated or lost
 	MPACodeCRC               ErrorCode = 0x02 // MPA CRC error

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 )
 
-// FPDU framing (RFC 5044 section 4):
+// FPDU framing (RFC 5044):
 //
 //	| ULPDU Length (16) | ULPDU ... | PAD (0-3) | CRC (32) |
 //
@@ -29,7 +29,7 @@ func FPDULen(ulpduLen int) int {
 }
 
 // MULPDU returns the largest ULPDU that fits an FPDU into one TCP segment
-// of emss bytes (RFC 5044 section 4.1/4.3):
+// of emss bytes (RFC 5044):
 //
 //	markers: MULPDU = EMSS - (6 + 4*ceil(EMSS/512) + EMSS mod 4)
 //	none:    MULPDU = EMSS - (6 + EMSS mod 4)
@@ -116,7 +116,7 @@ func CheckFPDU(b []byte, crc bool) (ulpdu []byte, n int, err error) {
 	return b[MPALenSize : MPALenSize+l], n, nil
 }
 
-// Markers (RFC 5044 section 4.3). Stream offsets count the octets one side
+// Markers (RFC 5044). Stream offsets count the octets one side
 // sends after its MPA request/reply frame (the first octet of the first
 // FPDU is offset 0). A marker sits at every offset that is a multiple of
 // 512, so the first FPDU starts with one. A marker is

@@ -17,7 +17,7 @@ var headerVectors = []struct {
 	want  Header
 }{
 	{
-		name: "RDMA Write, tagged (RFC 5040 4.3, RFC 5041 4.2)",
+		name: "RDMA Write, tagged (RFC 5040, RFC 5041)",
 		wire: cat(
 			[]byte{0xc1},                   // DDP control: T=1 L=1 Rsvd=0 DV=1
 			[]byte{0x40},                   // RDMAP control: RV=1 Rsvd=0 Opcode=0 (Write)
@@ -39,7 +39,7 @@ var headerVectors = []struct {
 		want:  Header{Opcode: OpReadResponse, Tagged: true, STag: 0x4a5eb100, TO: 0x0000556de70da550, HeaderLen: 14},
 	},
 	{
-		name: "Send, untagged (RFC 5040 4.5)",
+		name: "Send, untagged (RFC 5040)",
 		wire: cat(
 			[]byte{0x41},                   // T=0 L=1 DV=1
 			[]byte{0x43},                   // RV=1 Opcode=3 (Send)
@@ -65,7 +65,7 @@ var headerVectors = []struct {
 		want:  Header{Opcode: OpSendSEInv, MSN: 7, MO: 4096, InvalidateSTag: 0x12345678, HeaderLen: 18},
 	},
 	{
-		name: "RDMA Read Request (RFC 5040 4.4), as siw sent it",
+		name: "RDMA Read Request (RFC 5040), as siw sent it",
 		wire: cat(
 			[]byte{0x41},                                           // T=0 L=1 DV=1
 			[]byte{0x41},                                           // RV=1 Opcode=1
@@ -85,7 +85,7 @@ var headerVectors = []struct {
 			SrcSTag: 0x4d443200, SrcTO: 0x00005653c1ee2370},
 	},
 	{
-		name: "Terminate (RFC 5040 4.8): DDP untagged invalid QN, M D R",
+		name: "Terminate (RFC 5040): DDP untagged invalid QN, M D R",
 		wire: cat(
 			[]byte{0x41},                   // T=0 L=1 DV=1
 			[]byte{0x47},                   // RV=1 Opcode=7
@@ -102,7 +102,7 @@ var headerVectors = []struct {
 			Term: TermControl{Layer: LayerDDP, Type: DDPErrUntaggedBuffer, Code: DDPCodeUntaggedInvalidQN, M: true, D: true, R: true}},
 	},
 	{
-		name: "Immediate Data with SE (RFC 7306 5.3)",
+		name: "Immediate Data with SE (RFC 7306)",
 		wire: cat(
 			[]byte{0x41},                                           // T=0 L=1 DV=1
 			[]byte{0x49},                                           // RV=1 Opcode=9
@@ -116,7 +116,7 @@ var headerVectors = []struct {
 		want:  Header{Opcode: OpImmediateSE, Last: true, MSN: 5, Immediate: 0x0102030405060708, HeaderLen: 26},
 	},
 	{
-		name: "Atomic Request CmpSwap (RFC 7306 5.2.1)",
+		name: "Atomic Request CmpSwap (RFC 7306)",
 		wire: cat(
 			[]byte{0x41},                                           // T=0 L=1 DV=1
 			[]byte{0x4a},                                           // RV=1 Opcode=10
@@ -139,7 +139,7 @@ var headerVectors = []struct {
 			AddSwap: 42, AddSwapMask: ^uint64(0), Compare: 7, CompareMask: ^uint64(0)},
 	},
 	{
-		name: "Atomic Response (RFC 7306 5.2.2)",
+		name: "Atomic Response (RFC 7306)",
 		wire: cat(
 			[]byte{0x41},                      // T=0 L=1 DV=1
 			[]byte{0x4b},                      // RV=1 Opcode=11
@@ -210,6 +210,14 @@ func TestTypedHeaders(t *testing.T) {
 	assert.Equal(t, uint32(0), u.QN())
 	assert.Equal(t, uint32(7), u.MSN())
 	assert.Equal(t, uint32(4096), u.MO())
+
+	assert.NoError(t, tg.Check())
+	assert.NoError(t, u.Check())
+	assert.ErrorIs(t, DDPTagged(headerVectors[2].wire[:14]).Check(), ErrRDMAPTagged)
+	assert.ErrorIs(t, DDPUntagged(headerVectors[4].wire[:17]).Check(), ErrShort)
+	assert.ErrorIs(t, DDPTagged(headerVectors[0].wire[:13]).Check(), ErrShort)
+	assert.ErrorIs(t, DDPUntagged(cat([]byte{0x41, 0x41}, headerVectors[2].wire[2:])).Check(), ErrDDPInvalidQN)
+	assert.ErrorIs(t, DDPUntagged(cat([]byte{0x42, 0x43}, headerVectors[2].wire[2:])).Check(), ErrDDPVersionUntagged)
 
 	b := make([]byte, 18)
 	assert.Equal(t, 14, PutTaggedHeader(b, OpWrite, true, 1, 0))

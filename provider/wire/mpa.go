@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 )
 
-// MPA request/reply frame (RFC 5044 section 7.1, RFC 6581 section 5).
+// MPA request/reply frame (RFC 5044, RFC 6581).
 //
 //	 0                   1                   2                   3
 //	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
@@ -17,7 +17,7 @@ import (
 const (
 	MPAKeyLen         = 16  // length of the key
 	MPAHeaderLen      = 20  // key + flags + revision + PD_Length
-	MPAMaxPrivateData = 512 // largest PD_Length accepted on receive (RFC 5044 section 7.1)
+	MPAMaxPrivateData = 512 // largest PD_Length accepted on receive (RFC 5044)
 
 	mpaFlagsOffset = 16
 	mpaRevOffset   = 17

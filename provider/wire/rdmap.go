@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// Opcode is the 4-bit RDMAP opcode (RFC 5040 section 4.2, RFC 7306 section 5).
+// Opcode is the 4-bit RDMAP opcode (RFC 5040, RFC 7306).
 type Opcode uint8
 
 // RDMAP opcodes.
@@ -88,7 +88,7 @@ func (op Opcode) String() string {
 	return "Opcode(" + strconv.Itoa(int(op)) + ")"
 }
 
-// RDMA Read Request header (RFC 5040 section 4.4), after the untagged DDP header.
+// RDMA Read Request header (RFC 5040), after the untagged DDP header.
 //
 //	| Data Sink STag (32) | Data Sink Tagged Offset (64) | RDMA Read Message Size (32) |
 //	| Data Source STag (32) | Data Source Tagged Offset (64) |
@@ -140,7 +140,7 @@ func (r ReadRequest) Encode(f *ReadRequestFields) {
 // AtomicOp is the RFC 7306 atomic operation code (AOpCode).
 type AtomicOp uint8
 
-// Atomic operations (RFC 7306 section 5.2.1).
+// Atomic operations (RFC 7306).
 const (
 	AtomicFetchAdd AtomicOp = 0 // FetchAdd: add Add Data (masked by Add Mask)
 	AtomicSwap     AtomicOp = 1 // Swap: replace with Swap Data (masked)
@@ -148,7 +148,7 @@ const (
 	atomicOpMask            = 0x0f
 )
 
-// Atomic Request header (RFC 7306 section 5.2.1), after the untagged DDP header.
+// Atomic Request header (RFC 7306), after the untagged DDP header.
 //
 //	| Reserved (28) | AOpCode (4) | Request Identifier (32) | Remote STag (32) |
 //	| Remote Tagged Offset (64) | Add or Swap Data (64) | Add or Swap Mask (64) |

@@ -2,7 +2,7 @@ package wire
 
 import "encoding/binary"
 
-// Terminate message body (RFC 5040 section 4.8), after the untagged DDP
+// Terminate message body (RFC 5040), after the untagged DDP
 // header (QN 2, L=1, MO 0):
 //
 //	 0                   1                   2                   3
