@@ -1,0 +1,716 @@
+package rdmacm
+
+import (
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goiwarp/goiwarp/provider"
+	"github.com/goiwarp/goiwarp/verbs"
+)
+
+// State of a CM id, after the kernel's enum rdma_cm_state.
+type State int
+
+// CM id states.
+const (
+	StateIdle State = iota
+	StateAddrQuery
+	StateAddrResolved
+	StateRouteQuery
+	StateRouteResolved
+	StateConnect        // active: rdma_connect issued, MPA in progress
+	StateConnectRequest // passive: request reported, not yet accepted or rejected
+	StateAccepting      // passive: accepted, waiting for the initiator's first FPDU
+	StateEstablished
+	StateClosed // disconnected, rejected, unreachable or failed: a terminal state
+	StateAddrBound
+	StateListen
+	StateDestroying
+)
+
+var stateNames = [...]string{"idle", "addr-query", "addr-resolved", "route-query",
+	"route-resolved", "connect", "connect-request", "accepting", "established",
+	"closed", "addr-bound", "listen", "destroying"}
+
+func (s State) String() string { return stateNames[s] }
+
+// Port spaces (enum rdma_port_space).
+const (
+	PSIPoIB = 0x0002
+	PSIB    = 0x013F
+	PSTCP   = 0x0106
+	PSUDP   = 0x0111
+)
+
+// MaxPrivateData is the most user private data an iWARP peer accepts with MPA
+// v2: 256 bytes of MPA private data minus the 4-byte v2 IRD/ORD header.
+const MaxPrivateData = 252
+
+// MaxBacklog is the kernel's rdma_ucm max_backlog: the backlog of a listen
+// call that passes 0, a negative value or more.
+const MaxBacklog = 1024
+
+// Options of rdma_set_option.
+const (
+	OptionLevelID   = 0
+	OptionLevelIB   = 1
+	OptionTOS       = 0
+	OptionReuseAddr = 1
+	OptionAFOnly    = 2
+	OptionAckTmo    = 3
+	OptionIBPath    = 1
+)
+
+// ID is a CM id.
+type ID struct {
+	Cookie uintptr // capi: the C struct rdma_cm_id
+	Handle uintptr // capi: the handle of this id
+	PS     int
+	eng    Engine
+
+	mu            sync.Mutex
+	ch            *Channel
+	state         State
+	src, dst      *net.TCPAddr
+	dev           string
+	sock          int
+	tcpLn         *net.TCPListener
+	ln            Listener
+	ep            Endpoint
+	req           Request
+	listen        *ID // passive: the listening id that reported us
+	backlog       int
+	pending       int   // listener: requests reported and not yet answered
+	reqIRD        uint8 // passive: responder_resources of the request
+	reqORD        uint8 // passive: initiator_depth of the request
+	tos, afonly   int
+	reuse         bool
+	disconnecting bool
+	destroyed     bool
+
+	ackMu   sync.Mutex
+	ackCond sync.Cond
+	reports int
+	acks    int
+}
+
+// NewID creates an id on ch. Port spaces iWARP cannot serve (UDP, IPoIB)
+// are refused with EPROTONOSUPPORT; RDMA_PS_IB is served as TCP, as the
+// kernel's rdma_cm does on an iWARP device.
+func NewID(ch *Channel, ps int, eng Engine) (*ID, error) {
+	switch ps {
+	case PSTCP, PSIB:
+	default:
+		return nil, unix.EPROTONOSUPPORT
+	}
+	if ch == nil {
+		return nil, unix.EINVAL
+	}
+	if eng == nil {
+		eng = DefaultEngine
+	}
+	id := &ID{PS: ps, eng: eng, ch: ch, sock: -1, tos: -1, afonly: -1}
+	id.ackCond.L = &id.ackMu
+	return id, nil
+}
+
+// State returns the id's state.
+func (id *ID) State() State {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.state
+}
+
+// Channel returns the id's event channel.
+func (id *ID) Channel() *Channel {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.ch
+}
+
+// Addrs returns the source and destination addresses and the device name.
+func (id *ID) Addrs() (src, dst *net.TCPAddr, dev string) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.src, id.dst, id.dev
+}
+
+// RequestDepths are responder_resources and initiator_depth of the
+// connection request that created a passive id.
+func (id *ID) RequestDepths() (responderResources, initiatorDepth uint8) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.reqIRD, id.reqORD
+}
+
+func (id *ID) reported() {
+	id.ackMu.Lock()
+	id.reports++
+	id.ackMu.Unlock()
+}
+
+// Ack acknowledges one event owned by id (rdma_ack_cm_event).
+func (id *ID) Ack() {
+	id.ackMu.Lock()
+	id.acks++
+	id.ackCond.Broadcast()
+	id.ackMu.Unlock()
+}
+
+// Unacked is the number of events reported for id and not acknowledged.
+func (id *ID) Unacked() int {
+	id.ackMu.Lock()
+	defer id.ackMu.Unlock()
+	return id.reports - id.acks
+}
+
+func (id *ID) waitAcks() {
+	id.ackMu.Lock()
+	for id.acks < id.reports {
+		id.ackCond.Wait()
+	}
+	id.ackMu.Unlock()
+}
+
+// queueLocked queues an event about id, owned by id unless e.owner is set.
+// id.mu is held, which keeps one id's events in order.
+func (id *ID) queueLocked(e *Event) {
+	if id.destroyed {
+		return
+	}
+	if e.owner == nil {
+		e.owner = id
+	}
+	e.ID = id
+	e.Src, e.Dst, e.Dev = id.src, id.dst, id.dev
+	id.ch.push(e)
+}
+
+// Bind binds the id to a local address (rdma_bind_addr). Port 0 picks one.
+func (id *ID) Bind(a *net.TCPAddr) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != StateIdle {
+		return unix.EINVAL
+	}
+	return id.bindLocked(a)
+}
+
+func (id *ID) bindLocked(a *net.TCPAddr) error {
+	dev := deviceFor(a.IP)
+	if dev == "" && !a.IP.IsUnspecified() {
+		return unix.EADDRNOTAVAIL
+	}
+	fd, bound, err := bindSocket(a, id.afonly, id.tos)
+	if err != nil {
+		return err
+	}
+	id.sock, id.src, id.dev = fd, bound, dev
+	id.state = StateAddrBound
+	return nil
+}
+
+// ResolveAddr resolves dst and, unless the id is bound or src is given, the
+// source address; ADDR_RESOLVED or ADDR_ERROR follows.
+func (id *ID) ResolveAddr(src, dst *net.TCPAddr, timeout time.Duration) error {
+	if dst == nil {
+		return unix.EINVAL
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	switch id.state {
+	case StateIdle, StateAddrBound, StateAddrResolved:
+	default:
+		return unix.EINVAL
+	}
+	if src != nil && id.state == StateIdle {
+		if err := id.bindLocked(src); err != nil {
+			return err
+		}
+	}
+	id.dst = dst
+	prev := id.state
+	id.state = StateAddrQuery
+	status := 0
+	if id.src == nil || id.src.IP.IsUnspecified() {
+		ip, err := sourceFor(dst)
+		switch {
+		case err != nil:
+			status = -int(errnoOf(err))
+		case isV4(dst):
+			ip = ip.To4()
+		default:
+			ip = ip.To16()
+		}
+		if status == 0 {
+			port := 0
+			if id.src != nil {
+				port = id.src.Port
+			}
+			id.src = &net.TCPAddr{IP: ip, Port: port, Zone: dst.Zone}
+		}
+	}
+	if status == 0 && id.src != nil && isV4(id.src) != isV4(dst) {
+		status = -int(unix.EAFNOSUPPORT)
+	}
+	if status == 0 {
+		if id.dev = deviceFor(id.src.IP); id.dev == "" {
+			status = -int(unix.ENODEV)
+		}
+	}
+	if status == 0 && id.sock < 0 {
+		// Reserve the source port now, as rdma_cm binds at resolve time:
+		// rdma_get_src_port answers before the connection exists.
+		fd, bound, err := bindSocket(&net.TCPAddr{IP: id.src.IP, Zone: id.src.Zone}, id.afonly, id.tos)
+		if err != nil {
+			status = -int(errnoOf(err))
+		} else {
+			id.sock, id.src = fd, bound
+		}
+	}
+	e := &Event{Type: EventAddrResolved, Status: status}
+	if status != 0 {
+		e.Type = EventAddrError
+		id.state = prev
+	} else {
+		id.state = StateAddrResolved
+	}
+	go func() {
+		id.mu.Lock()
+		defer id.mu.Unlock()
+		id.queueLocked(e)
+	}()
+	return nil
+}
+
+// ResolveRoute: iWARP routes are IP routes, already known; ROUTE_RESOLVED follows.
+func (id *ID) ResolveRoute(timeout time.Duration) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != StateAddrResolved {
+		return unix.EINVAL
+	}
+	id.state = StateRouteResolved
+	go func() {
+		id.mu.Lock()
+		defer id.mu.Unlock()
+		id.queueLocked(&Event{Type: EventRouteResolved})
+	}()
+	return nil
+}
+
+// Listen starts listening (rdma_listen). An unbound id binds 0.0.0.0:0.
+func (id *ID) Listen(backlog int) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state == StateIdle {
+		if err := id.bindLocked(&net.TCPAddr{IP: net.IPv4zero.To4()}); err != nil {
+			return err
+		}
+	}
+	if id.state == StateListen {
+		if backlog > 0 && backlog <= MaxBacklog {
+			id.backlog = backlog
+		}
+		return nil
+	}
+	if id.state != StateAddrBound {
+		return unix.EINVAL
+	}
+	if backlog <= 0 || backlog > MaxBacklog {
+		backlog = MaxBacklog
+	}
+	if id.eng == nil {
+		return unix.ENODEV
+	}
+	ln, err := listenOn(id.sock, backlog)
+	if err != nil {
+		return err
+	}
+	id.sock = -1
+	id.tcpLn = ln
+	id.backlog = backlog
+	id.state = StateListen
+	id.ln = id.eng.Listen(ln, id.onRequest)
+	return nil
+}
+
+func sameFamily(a *net.TCPAddr, v4 bool) *net.TCPAddr {
+	if a == nil {
+		return nil
+	}
+	c := *a
+	if v4 {
+		c.IP = a.IP.To4()
+	} else {
+		c.IP = a.IP.To16()
+	}
+	return &c
+}
+
+func (id *ID) onRequest(r Request) {
+	p := r.Params()
+	local, remote := r.Addrs()
+	id.mu.Lock()
+	if id.state != StateListen || id.destroyed || id.pending >= id.backlog {
+		id.mu.Unlock()
+		_ = r.Reject(nil)
+		return
+	}
+	id.pending++
+	v4 := isV4(id.src)
+	n := &ID{PS: id.PS, eng: id.eng, ch: id.ch, state: StateConnectRequest, sock: -1,
+		src: sameFamily(local, v4), dst: sameFamily(remote, v4), req: r, listen: id,
+		reqIRD: p.ORD, reqORD: p.IRD, tos: -1, afonly: -1}
+	n.ackCond.L = &n.ackMu
+	if local != nil {
+		n.dev = deviceFor(local.IP)
+	}
+	if n.dev == "" {
+		n.dev = id.dev
+	}
+	e := &Event{Type: EventConnectRequest, Listen: id, owner: id,
+		PrivateData: slices.Clone(p.PrivateData), ResponderResources: p.ORD, InitiatorDepth: p.IRD}
+	e.ID = n
+	e.Src, e.Dst, e.Dev = n.src, n.dst, n.dev
+	id.ch.push(e)
+	id.mu.Unlock()
+}
+
+func (id *ID) requestDone() {
+	id.mu.Lock()
+	id.pending--
+	id.mu.Unlock()
+}
+
+func checkParams(p provider.ConnParams) error {
+	if len(p.PrivateData) > MaxPrivateData {
+		return unix.EINVAL
+	}
+	if p.IRD > verbs.MaxIRD || p.ORD > verbs.MaxORD {
+		return unix.EINVAL
+	}
+	return nil
+}
+
+// Connect starts the active side (rdma_connect). iWARP needs the QP.
+func (id *ID) Connect(qp *verbs.QP, p provider.ConnParams) error {
+	if qp == nil {
+		return unix.EINVAL
+	}
+	if err := checkParams(p); err != nil {
+		return err
+	}
+	id.mu.Lock()
+	if id.state != StateRouteResolved || id.eng == nil {
+		id.mu.Unlock()
+		return unix.EINVAL
+	}
+	laddr, raddr := *id.src, *id.dst
+	if id.sock >= 0 {
+		// The engine dials from the reserved port itself.
+		unix.Close(id.sock)
+		id.sock = -1
+	}
+	id.state = StateConnect
+	eng := id.eng
+	id.mu.Unlock()
+
+	p.PrivateData = slices.Clone(p.PrivateData)
+	ep, err := eng.Connect(qp, &laddr, &raddr, p, 0, id.onConnEvent)
+
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if err != nil {
+		if errnoOf(err) == unix.ECONNREFUSED {
+			// Nobody listens: REJECTED, as a TCP RST gives on iWARP.
+			id.state = StateClosed
+			id.queueLocked(&Event{Type: EventRejected, Status: -int(unix.ECONNREFUSED)})
+			return nil
+		}
+		if id.state == StateConnect {
+			id.state = StateRouteResolved
+		}
+		return err
+	}
+	id.ep = ep
+	if id.destroyed {
+		go ep.Disconnect()
+	}
+	return nil
+}
+
+// Accept accepts a connection request (rdma_accept).
+func (id *ID) Accept(qp *verbs.QP, p provider.ConnParams) error {
+	if qp == nil {
+		return unix.EINVAL
+	}
+	if err := checkParams(p); err != nil {
+		return err
+	}
+	id.mu.Lock()
+	if id.state != StateConnectRequest {
+		id.mu.Unlock()
+		return unix.EINVAL
+	}
+	id.state = StateAccepting
+	req := id.req
+	id.mu.Unlock()
+
+	p.PrivateData = slices.Clone(p.PrivateData)
+	ep, err := req.Accept(qp, p, id.onConnEvent)
+
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if err != nil {
+		if id.state == StateAccepting {
+			id.state = StateConnectRequest
+		}
+		return err
+	}
+	id.req = nil
+	id.ep = ep
+	if id.listen != nil {
+		go id.listen.requestDone()
+	}
+	if id.destroyed {
+		go ep.Disconnect()
+	}
+	return nil
+}
+
+// Reject refuses a connection request with private data (rdma_reject).
+func (id *ID) Reject(privateData []byte) error {
+	if len(privateData) > MaxPrivateData {
+		return unix.EINVAL
+	}
+	id.mu.Lock()
+	if id.state != StateConnectRequest {
+		id.mu.Unlock()
+		return unix.EINVAL
+	}
+	req := id.req
+	id.req = nil
+	id.state = StateClosed
+	id.mu.Unlock()
+	err := req.Reject(slices.Clone(privateData))
+	if id.listen != nil {
+		id.listen.requestDone()
+	}
+	return err
+}
+
+// Disconnect closes the connection gracefully (rdma_disconnect). It is
+// idempotent: a second call, or one after the peer closed, succeeds. pending
+// tells whether the id's closing event is still to come.
+func (id *ID) Disconnect() (pending bool, err error) {
+	id.mu.Lock()
+	switch id.state {
+	case StateConnect, StateAccepting, StateEstablished:
+	case StateClosed:
+		id.mu.Unlock()
+		return false, nil
+	default:
+		id.mu.Unlock()
+		return false, unix.EINVAL
+	}
+	ep := id.ep
+	first := !id.disconnecting
+	id.disconnecting = true
+	id.mu.Unlock()
+	if first && ep != nil {
+		ep.Disconnect()
+	}
+	return true, nil
+}
+
+func eventErrno(err error, def unix.Errno) int {
+	if err == nil {
+		return -int(def)
+	}
+	return -int(errnoOf(err))
+}
+
+func (id *ID) onConnEvent(ev provider.Event) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	st := id.state
+	active := id.listen == nil
+	var e *Event
+	switch ev.Type {
+	case provider.Established:
+		if st != StateConnect && st != StateAccepting {
+			return
+		}
+		id.state = StateEstablished
+		// The engine reports our negotiated IRD/ORD.
+		e = &Event{Type: EventEstablished,
+			ResponderResources: ev.Params.IRD, InitiatorDepth: ev.Params.ORD}
+		if active {
+			e.PrivateData = slices.Clone(ev.Params.PrivateData)
+		}
+	case provider.Rejected:
+		if st != StateConnect {
+			return
+		}
+		id.state = StateClosed
+		e = &Event{Type: EventRejected, Status: -int(unix.ECONNREFUSED),
+			PrivateData: slices.Clone(ev.Params.PrivateData)}
+	case provider.Unreachable, provider.ConnectError:
+		if st != StateConnect && st != StateAccepting {
+			return
+		}
+		id.state = StateClosed
+		if ev.Type == provider.Unreachable && active {
+			e = &Event{Type: EventUnreachable, Status: eventErrno(ev.Err, unix.ETIMEDOUT)}
+		} else {
+			e = &Event{Type: EventConnectError, Status: eventErrno(ev.Err, unix.ECONNRESET)}
+		}
+	case provider.Disconnected:
+		switch st {
+		case StateEstablished:
+			id.state = StateClosed
+			e = &Event{Type: EventDisconnected}
+		case StateConnect, StateAccepting:
+			id.state = StateClosed
+			e = &Event{Type: EventConnectError, Status: eventErrno(ev.Err, unix.ECONNRESET)}
+		default:
+			return
+		}
+	default:
+		return
+	}
+	id.queueLocked(e)
+}
+
+// Migrate moves the id to another channel (rdma_migrate_id): its queued
+// events move along; events already read from the old channel must be
+// acknowledged before it returns.
+func (id *ID) Migrate(ch *Channel) {
+	id.mu.Lock()
+	old := id.ch
+	id.ch = ch
+	if old != ch {
+		for _, e := range old.take(id) {
+			ch.push(e)
+		}
+	}
+	id.mu.Unlock()
+	id.waitAcks()
+}
+
+// Destroy releases the id (rdma_destroy_id): Close, then WaitAcks.
+func (id *ID) Destroy() {
+	id.Close()
+	id.WaitAcks()
+}
+
+// Close is the first half of rdma_destroy_id: the listener, connection or
+// unanswered request go and queued events are dropped. Nothing is queued
+// for the id afterwards.
+func (id *ID) Close() {
+	id.mu.Lock()
+	if id.destroyed {
+		id.mu.Unlock()
+		return
+	}
+	id.destroyed = true
+	prev := id.state
+	id.state = StateDestroying
+	ln, tcpLn, ep, req, sock, ch := id.ln, id.tcpLn, id.ep, id.req, id.sock, id.ch
+	id.ln, id.tcpLn, id.ep, id.req, id.sock = nil, nil, nil, nil, -1
+	id.mu.Unlock()
+
+	if ln != nil {
+		ln.Close()
+	}
+	if tcpLn != nil {
+		_ = tcpLn.Close()
+	}
+	if req != nil && prev == StateConnectRequest {
+		_ = req.Reject(nil)
+		if id.listen != nil {
+			id.listen.requestDone()
+		}
+	}
+	if ep != nil {
+		ep.Disconnect()
+	}
+	if sock >= 0 {
+		unix.Close(sock)
+	}
+	for _, e := range ch.take(id) {
+		if e.Type == EventConnectRequest && e.ID != id {
+			e.ID.Destroy() // never seen by the application
+		}
+	}
+}
+
+// WaitAcks returns once every event the application read for the id was
+// acknowledged (the second half of rdma_destroy_id).
+func (id *ID) WaitAcks() { id.waitAcks() }
+
+// SetOption is rdma_set_option for the options the kernel accepts on iWARP.
+func (id *ID) SetOption(level, name int, val []byte) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	getInt := func() (int, error) {
+		if len(val) != 4 {
+			return 0, unix.EINVAL
+		}
+		return int(int32(uint32(val[0]) | uint32(val[1])<<8 | uint32(val[2])<<16 | uint32(val[3])<<24)), nil
+	}
+	switch level {
+	case OptionLevelID:
+		switch name {
+		case OptionTOS:
+			if len(val) != 1 {
+				return unix.EINVAL
+			}
+			id.tos = int(val[0])
+			if id.sock >= 0 {
+				_ = unix.SetsockoptInt(id.sock, unix.IPPROTO_IP, unix.IP_TOS, id.tos)
+			}
+			return nil
+		case OptionReuseAddr:
+			v, err := getInt()
+			if err != nil {
+				return err
+			}
+			if id.state != StateIdle {
+				return unix.EINVAL
+			}
+			id.reuse = v != 0
+			return nil
+		case OptionAFOnly:
+			v, err := getInt()
+			if err != nil {
+				return err
+			}
+			if id.state != StateIdle {
+				return unix.EINVAL
+			}
+			id.afonly = min(max(v, 0), 1)
+			return nil
+		case OptionAckTmo:
+			if len(val) != 1 {
+				return unix.EINVAL
+			}
+			return nil
+		}
+	case OptionLevelIB:
+		if name == OptionIBPath {
+			// A path record on iWARP only completes route resolution.
+			if id.state != StateAddrResolved {
+				return unix.EINVAL
+			}
+			id.state = StateRouteResolved
+			return nil
+		}
+	}
+	return unix.ENOSYS
+}
