@@ -31,6 +31,7 @@ type MR struct {
 	mu       sync.Mutex
 	inflight int
 	dead     bool
+	invalid  bool // invalidated (Send with Invalidate, Local Invalidate)
 	idle     *sync.Cond
 }
 
@@ -166,7 +167,7 @@ func Access(pd *PD, stag uint32, addr, length uint64, access int) (Span, error) 
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
 	switch {
-	case mr.dead:
+	case mr.dead || mr.invalid:
 		return Span{}, ErrInvalidSTag
 	case mr.PD != pd:
 		return Span{}, ErrWrongPD
@@ -191,4 +192,23 @@ func LocalAccess(pd *PD, sge SGE, write bool) (Span, error) {
 		acc = AccessLocalWrite
 	}
 	return Access(pd, sge.LKey, sge.Addr, uint64(sge.Length), acc)
+}
+
+// InvalidateSTag invalidates stag, which must name a region of pd: further
+// accesses through it fail with ErrInvalidSTag (Send with Invalidate,
+// Local Invalidate).
+func InvalidateSTag(pd *PD, stag uint32) error {
+	mrTable.RLock()
+	mr := mrTable.m[stag]
+	mrTable.RUnlock()
+	if mr == nil {
+		return ErrInvalidSTag
+	}
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if mr.PD != pd {
+		return ErrWrongPD
+	}
+	mr.invalid = true
+	return nil
 }

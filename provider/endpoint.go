@@ -1,0 +1,341 @@
+package provider
+
+import (
+	"encoding/binary"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goiwarp/goiwarp/provider/wire"
+	"github.com/goiwarp/goiwarp/verbs"
+	"golang.org/x/sys/unix"
+)
+
+// Endpoint is one iWARP connection: the LLP stream under an RTS QP. It is
+// the QP's verbs.Transport.
+//
+// Goroutines: one RX goroutine reads the socket, places data and writes
+// CQEs; one TX goroutine waits for writability when a transmitter found the
+// socket full; events go to the callback from a third, short-lived one so
+// that the callback may call anything (including Close). Transmission
+// itself runs in the context of whoever holds the TX token (an application
+// thread in post_send, or the RX goroutine sending responses).
+type Endpoint struct {
+	qp  *verbs.QP
+	pd  *verbs.PD
+	pol *Policy
+	cb  func(Event)
+
+	mu     sync.Mutex
+	c      *net.TCPConn
+	rc     syscall.RawConn
+	closed bool // the attempt or the connection was given up
+	local  *net.TCPAddr
+	remote *net.TCPAddr
+
+	neg      negotiated
+	mulpdu   int // largest ULPDU we send
+	awaitRTR bool
+
+	// dead: no more work is started or completed; the QP is in ERR (or
+	// being destroyed). Set under compMu.
+	dead   atomic.Bool
+	compMu sync.Mutex
+	// life: transmitters hold it shared; Close(false) takes it exclusively
+	// to wait for them.
+	life sync.RWMutex
+
+	tx       txState
+	txHand   chan struct{}
+	quit     chan struct{}
+	quitOnce sync.Once
+	rxDone   chan struct{}
+	txDone   chan struct{}
+
+	evMu      sync.Mutex
+	evQ       []Event
+	evRunning bool
+	evEnded   bool // Disconnected (or a failed attempt) was delivered
+
+	failOnce sync.Once
+	discOnce sync.Once
+}
+
+func newEndpoint(qp *verbs.QP, cb func(Event), pol *Policy) *Endpoint {
+	if cb == nil {
+		cb = func(Event) {}
+	}
+	e := &Endpoint{qp: qp, pol: pol, cb: cb, txHand: make(chan struct{}, 1), quit: make(chan struct{}),
+		rxDone: make(chan struct{}), txDone: make(chan struct{})}
+	if qp != nil {
+		e.pd = qp.PD
+	}
+	return e
+}
+
+// Addrs returns the local and remote addresses (nil before TCP connected).
+func (e *Endpoint) Addrs() Addrs {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Addrs{Local: e.local, Remote: e.remote}
+}
+
+// setSocket binds c; false if the endpoint was already closed.
+func (e *Endpoint) setSocket(c *net.TCPConn) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.c = c
+	e.local, _ = c.LocalAddr().(*net.TCPAddr)
+	e.remote, _ = c.RemoteAddr().(*net.TCPAddr)
+	return true
+}
+
+// event queues ev for the callback; events are delivered in order from one
+// goroutine at a time. Nothing follows a terminal event.
+func (e *Endpoint) event(ev Event) {
+	e.evMu.Lock()
+	if e.evEnded {
+		e.evMu.Unlock()
+		return
+	}
+	if ev.Type != Established {
+		e.evEnded = true
+	}
+	e.evQ = append(e.evQ, ev)
+	if e.evRunning {
+		e.evMu.Unlock()
+		return
+	}
+	e.evRunning = true
+	e.evMu.Unlock()
+	go func() {
+		for {
+			e.evMu.Lock()
+			if len(e.evQ) == 0 {
+				e.evRunning = false
+				e.evMu.Unlock()
+				return
+			}
+			ev := e.evQ[0]
+			e.evQ = e.evQ[1:]
+			e.evMu.Unlock()
+			e.cb(ev)
+		}
+	}()
+}
+
+// finishFailed ends an attempt that never reached RTS.
+func (e *Endpoint) finishFailed() {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.dead.Store(true)
+	for _, ch := range []chan struct{}{e.rxDone, e.txDone} {
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	}
+}
+
+// mulpduFor derives the largest ULPDU from the connection's MSS as siw does:
+// one FPDU (length field, ULPDU, pad, CRC) per TCP segment.
+func mulpduFor(c *net.TCPConn) int {
+	mss := 1460
+	if rc, err := c.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			if v, err := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG); err == nil && v > 0 {
+				mss = v
+			}
+		})
+	}
+	m := mss - 2 - 4 // ULPDU length field and CRC
+	m &^= 3
+	return max(min(m, 0xfffc), 128)
+}
+
+// start applies the negotiated parameters and moves the QP to RTS.
+func (e *Endpoint) start(neg negotiated) error {
+	e.neg = neg
+	c := e.c
+	_ = c.SetNoDelay(true)
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	e.rc = rc
+	e.mulpdu = mulpduFor(c)
+	if neg.mkTx {
+		// Leave room for the markers an FPDU of one segment may carry.
+		e.mulpdu -= 4 * (e.mulpdu/512 + 2)
+		e.mulpdu &^= 3
+	}
+	e.tx.init(e)
+	if !e.awaitRTR {
+		e.tx.ready = true
+	}
+	if neg.initiator && neg.rtr != 0 {
+		if err := e.sendRTR(); err != nil {
+			return err
+		}
+	}
+	go e.txLoop()
+	if err := e.qp.Attach(e, neg.ird, neg.ord); err != nil {
+		e.stopTxLoop()
+		<-e.txDone
+		return err
+	}
+	return nil
+}
+
+// sendRTR writes the initiator's RFC 6581 ready-to-receive FPDU: a
+// zero-length Write to STag 1 at TO 0 (what siw sends), a zero-length Read
+// Request, or a zero-length Send.
+func (e *Endpoint) sendRTR() error {
+	var h wire.Header
+	switch e.neg.rtr {
+	case rtrWrite:
+		h = wire.Header{Opcode: wire.OpWrite, Last: true, STag: 1}
+	case rtrRead:
+		h = wire.Header{Opcode: wire.OpReadRequest, Last: true, MSN: e.tx.msn[wire.QNReadRequest], SinkSTag: 1, SrcSTag: 1}
+		e.tx.msn[wire.QNReadRequest]++
+		e.tx.rtrRead = true
+	default:
+		h = wire.Header{Opcode: wire.OpSend, Last: true, MSN: e.tx.msn[wire.QNSend]}
+		e.tx.msn[wire.QNSend]++
+	}
+	var b [2 + wire.DDPUntaggedHeaderLen + wire.ReadRequestLen + 8 + 16]byte
+	hl, _ := wire.EncodeHeader(b[2:], &h)
+	binary.BigEndian.PutUint16(b[:], uint16(hl))
+	n := 2 + hl
+	pad := (4 - n&3) & 3
+	n += pad
+	frame := e.tx.frameOne(b[:n], b[n:n+4+8])
+	_, err := e.c.Write(frame)
+	return err
+}
+
+func (e *Endpoint) stopTxLoop() { e.quitOnce.Do(func() { close(e.quit) }) }
+
+// established is the responder's moment: the initiator's first FPDU arrived.
+func (e *Endpoint) established() {
+	e.awaitRTR = false
+	e.event(Event{Type: Established, Params: ConnParams{PrivateData: nil, IRD: e.neg.ird, ORD: e.neg.ord}})
+	e.tx.setReady()
+}
+
+// completeSend finishes an SQ entry unless the QP already went down (its
+// entries were flushed then).
+func (e *Endpoint) completeSend(idx uint32, status uint32, n uint32) {
+	e.compMu.Lock()
+	if !e.dead.Load() {
+		e.qp.CompleteSend(idx, status, n)
+	}
+	e.compMu.Unlock()
+}
+
+func (e *Endpoint) completeRecv(rqe *verbs.RQE, c verbs.CQE, solicited bool) {
+	e.compMu.Lock()
+	if e.dead.Load() {
+		c = verbs.CQE{Status: verbs.WCWRFlushErr, Opcode: verbs.WCOpRecv}
+	}
+	e.qp.CompleteRecv(rqe, c, solicited)
+	e.compMu.Unlock()
+}
+
+// termInfo is a Terminate to send: its control word and the offending header.
+type termInfo struct {
+	ctrl   wire.TermControl
+	segLen uint16
+	hdr    []byte // from the DDP control byte on
+}
+
+// fail takes the connection down after an error: the QP goes to ERR and is
+// flushed, term (if any) is sent before the stream is closed, asyncEv (if
+// >= 0) is posted, and the callback gets Disconnected. Idempotent.
+func (e *Endpoint) fail(term *termInfo, err error) { e.failEv(term, err, -1) }
+
+func (e *Endpoint) failEv(term *termInfo, err error, asyncEv int) {
+	e.failOnce.Do(func() {
+		e.compMu.Lock()
+		e.dead.Store(true)
+		changed := e.qp.SetError()
+		e.compMu.Unlock()
+		if changed && asyncEv >= 0 {
+			e.qp.Ctx.PostAsync(uint32(asyncEv), e.qp.Cookie)
+		}
+		e.mu.Lock()
+		e.closed = true
+		c := e.c
+		e.mu.Unlock()
+		if c != nil {
+			// Bound everything that might still wait on the peer.
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		}
+		e.tx.queueTerminate(term)
+		e.tx.wake()
+		e.event(Event{Type: Disconnected, Err: err})
+	})
+}
+
+// Disconnect closes the stream gracefully: queued work goes out first,
+// then FIN. Both sides then see Disconnected, their QPs in ERR and flushed.
+// It is idempotent and does not fail when the peer already closed.
+func (e *Endpoint) Disconnect() {
+	e.mu.Lock()
+	c := e.c
+	if c == nil || e.rc == nil {
+		// Still connecting: abandon the attempt.
+		e.closed = true
+		e.mu.Unlock()
+		if c != nil {
+			c.Close()
+		}
+		return
+	}
+	e.mu.Unlock()
+	e.discOnce.Do(func() {
+		e.tx.setClosing()
+		// A peer that never closes its side is not waited for forever.
+		time.AfterFunc(5*time.Second, func() { e.fail(nil, nil); c.Close() })
+	})
+}
+
+// Close is verbs.Transport.Close: graceful as Disconnect, or at once. A
+// hard Close returns when no goroutine of the endpoint touches the QP's
+// rings any more; it must not be called from the event callback's
+// goroutine while... (it may: the callback runs on its own goroutine).
+func (e *Endpoint) Close(graceful bool) {
+	if graceful {
+		e.Disconnect()
+		return
+	}
+	e.compMu.Lock()
+	e.dead.Store(true)
+	e.compMu.Unlock()
+	e.mu.Lock()
+	e.closed = true
+	c := e.c
+	started := e.rc != nil
+	e.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	if !started {
+		return
+	}
+	e.life.Lock() // wait for transmitters in other threads
+	e.life.Unlock()
+	e.stopTxLoop()
+	<-e.txDone
+	<-e.rxDone
+	e.tx.dropAll()
+	e.event(Event{Type: Disconnected})
+}

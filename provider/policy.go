@@ -1,0 +1,185 @@
+package provider
+
+import (
+	"log"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Run-time policy of the MPA exchange, read from the environment once per
+// Connect/Listen/AttachSocket (tests pass a Policy directly).
+//
+//	GOIWARP_MPA_REV       MPA revision we send: 1 or 2 (default 2, RFC 6581
+//	                      enhanced establishment with the IRD/ORD header, as siw).
+//	GOIWARP_MPA_CRC       0 = do not ask for CRC, but use it when the peer asks
+//	                      (RFC 5044: CRC is on if either side sets C) — default,
+//	                      as siw's default; 1 = ask for CRC (set C);
+//	                      2 = strict: ask for CRC and refuse a peer that does
+//	                      not set C.
+//	GOIWARP_MPA_MARKERS   0 (default) or 1: ask the peer to insert markers in
+//	                      what it sends us (the M bit is per direction: we
+//	                      insert markers only when the peer's M bit is set).
+//	GOIWARP_P2P           0 (default) or 1: peer-to-peer mode (RFC 6581): the
+//	                      initiator offers RTR types, the responder echoes the
+//	                      one chosen, the initiator sends it as its first FPDU.
+//	GOIWARP_RTR           RTR types the initiator offers in P2P mode, a comma
+//	                      list of write, read, send (default "write,read", as
+//	                      siw offers); the responder picks write, then read,
+//	                      then send among those offered.
+//	GOIWARP_MPA_V1_IRDORD 0 (default) or 1: with MPA revision 1, put the 8-byte
+//	                      IRD/ORD prefix of the SMB Direct convention in front
+//	                      of the private data and expect it from the peer.
+//	GOIWARP_MPA_TIMEOUT   bound on the MPA exchange, a Go duration or seconds
+//	                      (default 10s).
+//	GOIWARP_MPA_PDMAX     most private-data bytes we send in total, MPA v2
+//	                      header included (default 256, what siw and cxgb4
+//	                      accept; at most 512).
+type Policy struct {
+	Revision    int  // 1 or 2
+	CRC         bool // set C in what we send
+	CRCStrict   bool // refuse a peer whose frame has no C
+	Markers     bool // set M: we want markers in what we receive
+	P2P         bool
+	RTR         rtrSet // offered (initiator) RTR types
+	V1IRDORD    bool
+	Timeout     time.Duration
+	MaxPrivData int // total private data bytes we send at most
+}
+
+// rtrSet is a set of RFC 6581 RTR message types.
+type rtrSet uint8
+
+const (
+	rtrWrite rtrSet = 1 << iota
+	rtrRead
+	rtrSend
+)
+
+// DefaultPolicy is the siw-compatible default.
+func DefaultPolicy() Policy {
+	return Policy{Revision: 2, RTR: rtrWrite | rtrRead, Timeout: 10 * time.Second, MaxPrivData: 256}
+}
+
+// PolicyFromEnv reads the GOIWARP_* variables above over DefaultPolicy.
+// Bad values are logged and ignored.
+func PolicyFromEnv() Policy {
+	p := DefaultPolicy()
+	env := func(name string, parse func(string) bool) {
+		if v, ok := os.LookupEnv(name); ok && strings.TrimSpace(v) != "" {
+			if !parse(strings.TrimSpace(strings.ToLower(v))) {
+				log.Printf("goiwarp: ignoring %s=%q", name, v)
+			}
+		}
+	}
+	flag := func(dst *bool) func(string) bool {
+		return func(v string) bool {
+			switch v {
+			case "0", "off", "no", "false":
+				*dst = false
+			case "1", "on", "yes", "true":
+				*dst = true
+			default:
+				return false
+			}
+			return true
+		}
+	}
+	env("GOIWARP_MPA_REV", func(v string) bool {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 2 {
+			return false
+		}
+		p.Revision = n
+		return true
+	})
+	env("GOIWARP_MPA_CRC", func(v string) bool {
+		switch v {
+		case "0", "off":
+			p.CRC, p.CRCStrict = false, false
+		case "1", "on":
+			p.CRC, p.CRCStrict = true, false
+		case "2", "strict", "required":
+			p.CRC, p.CRCStrict = true, true
+		default:
+			return false
+		}
+		return true
+	})
+	env("GOIWARP_MPA_MARKERS", flag(&p.Markers))
+	env("GOIWARP_P2P", flag(&p.P2P))
+	env("GOIWARP_MPA_V1_IRDORD", flag(&p.V1IRDORD))
+	env("GOIWARP_RTR", func(v string) bool {
+		var s rtrSet
+		for _, f := range strings.Split(v, ",") {
+			switch strings.TrimSpace(f) {
+			case "write":
+				s |= rtrWrite
+			case "read":
+				s |= rtrRead
+			case "send":
+				s |= rtrSend
+			default:
+				return false
+			}
+		}
+		if s == 0 {
+			return false
+		}
+		p.RTR = s
+		return true
+	})
+	env("GOIWARP_MPA_TIMEOUT", func(v string) bool {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			n, err2 := strconv.ParseFloat(v, 64)
+			if err2 != nil {
+				return false
+			}
+			d = time.Duration(n * float64(time.Second))
+		}
+		if d <= 0 {
+			return false
+		}
+		p.Timeout = d
+		return true
+	})
+	env("GOIWARP_MPA_PDMAX", func(v string) bool {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 8 || n > 512 {
+			return false
+		}
+		p.MaxPrivData = n
+		return true
+	})
+	return p
+}
+
+// Query describes the provider with the current environment's policy.
+func Query() Caps {
+	p := PolicyFromEnv()
+	return Caps{
+		Name:            "goiwarp",
+		MPARevision:     p.Revision,
+		CRC:             p.CRC,
+		Markers:         p.Markers,
+		PeerToPeer:      p.P2P,
+		MaxPrivateData:  p.maxUserPrivData(),
+		ExchangeTimeout: p.Timeout,
+	}
+}
+
+// prefixLen is the length of the IRD/ORD header we put in front of the
+// user's private data.
+func (p *Policy) prefixLen() int {
+	switch {
+	case p.Revision == 2:
+		return 4
+	case p.V1IRDORD:
+		return 8
+	}
+	return 0
+}
+
+func (p *Policy) maxUserPrivData() int { return p.MaxPrivData - p.prefixLen() }

@@ -1,0 +1,828 @@
+package provider
+
+import (
+	"encoding/binary"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"github.com/goiwarp/goiwarp/provider/wire"
+	"github.com/goiwarp/goiwarp/verbs"
+	"golang.org/x/sys/unix"
+)
+
+// Transmit side. Whoever holds the TX token (verbs.QP.TakeTx) runs
+// txState.run: internal messages (Read Responses, Atomic Responses,
+// Terminate) first, then the send queue; FPDUs are batched into one writev
+// of header/trailer bytes and slices of registered memory. A run that finds
+// the socket full hands the token to the TX goroutine, which waits for
+// writability; application threads never block.
+
+type msgKind uint8
+
+const (
+	kindSQ msgKind = iota
+	kindReadResp
+	kindAtomicResp
+	kindTerm
+)
+
+type txMsg struct {
+	h        wire.Header // template: per-segment MO/TO/Last are set while framing
+	baseTO   uint64
+	data     [][]byte
+	spans    []verbs.Span
+	total    int
+	off      int // payload bytes framed
+	si, so   int // cursor in data
+	kind     msgKind
+	idx      uint32 // SQ entry (kindSQ)
+	complete bool   // complete the SQ entry once on the socket
+	byteLen  uint32
+	next     *txMsg // sent right after this one (Immediate Data after a Write)
+}
+
+func (m *txMsg) release() {
+	for _, s := range m.spans {
+		s.Release()
+	}
+	m.spans = nil
+}
+
+// ordEntry is an outstanding Read or Atomic request (ORD).
+type ordEntry struct {
+	idx      uint32
+	atomic   bool
+	rtr      bool // our zero-length RTR Read: no SQ entry
+	reqID    uint32
+	sinkSTag uint32
+	sinkTO   uint64
+	length   uint32
+	placed   uint32
+	span     verbs.Span
+}
+
+type stallKind uint8
+
+const (
+	stallNone stallKind = iota
+	stallORD
+	stallFence
+	stallNotReady
+)
+
+const (
+	batchArena = 32 << 10
+	batchIOV   = 1024
+	batchBytes = 1 << 20
+)
+
+type txAct struct {
+	end int64
+	m   *txMsg
+}
+
+type txState struct {
+	e *Endpoint
+
+	mu       sync.Mutex // guards the fields up to ord, and irdInUse
+	parked   bool
+	stall    stallKind
+	ready    bool
+	closing  bool
+	internal []*txMsg
+	term     *txMsg
+	ord      []*ordEntry
+	irdInUse int
+
+	// tokSync mirrors the hand-over of the TX token, whose doorbell lives
+	// in mmap'd memory the race detector does not see, in Go memory.
+	tokSync atomic.Uint32
+
+	// Token holder only.
+	cur     *txMsg
+	msn     [5]uint32
+	reqID   uint32
+	rtrRead bool
+	finSent bool
+	crc     bool
+	mk      bool
+	spos    uint64 // stream position (markers), counted from the first FPDU
+	fstart  uint64
+	crcAcc  uint32
+
+	// The batch being written.
+	arena   []byte
+	apos    int
+	iov     [][]byte
+	wi, wo  int // write cursor: iov index and offset
+	queued  int64
+	written int64
+	acts    []txAct
+	iovecs  []unix.Iovec
+}
+
+func (t *txState) init(e *Endpoint) {
+	t.e = e
+	t.msn = [5]uint32{1, 1, 1, 1, 1}
+	t.crc = e.neg.crc
+	t.mk = e.neg.mkTx
+	t.arena = make([]byte, batchArena)
+	t.iov = make([][]byte, 0, batchIOV)
+	t.iovecs = make([]unix.Iovec, 0, batchIOV)
+}
+
+func (t *txState) ordMax() int { return max(int(t.e.neg.ord), 1) }
+
+// Kick is verbs.Transport.Kick: the caller holds the TX token.
+func (e *Endpoint) Kick() {
+	e.tx.tokSync.Load()
+	e.life.RLock()
+	e.tx.run(false)
+	e.life.RUnlock()
+}
+
+func (e *Endpoint) txLoop() {
+	defer close(e.txDone)
+	for {
+		select {
+		case <-e.txHand:
+			e.life.RLock()
+			e.tx.run(true)
+			e.life.RUnlock()
+		case <-e.quit:
+			return
+		}
+	}
+}
+
+// wake makes the engine transmit: resumes a parked token or takes a free one.
+func (t *txState) wake() {
+	t.mu.Lock()
+	resume := t.parked
+	t.parked = false
+	t.mu.Unlock()
+	if resume || t.e.qp.TakeTx() {
+		t.tokSync.Load()
+		t.e.life.RLock()
+		t.run(false)
+		t.e.life.RUnlock()
+	}
+}
+
+func (t *txState) setReady() {
+	t.mu.Lock()
+	t.ready = true
+	t.mu.Unlock()
+	t.wake()
+}
+
+func (t *txState) setClosing() {
+	t.mu.Lock()
+	t.closing = true
+	t.mu.Unlock()
+	t.wake()
+}
+
+// queueInternal adds a response message and makes sure it goes out.
+func (t *txState) queueInternal(m *txMsg) {
+	t.mu.Lock()
+	t.internal = append(t.internal, m)
+	t.mu.Unlock()
+	t.wake()
+}
+
+func (t *txState) queueTerminate(ti *termInfo) {
+	if ti == nil {
+		return
+	}
+	var body [wire.MaxTerminateLen]byte
+	ti.ctrl.M, ti.ctrl.D = true, len(ti.hdr) >= 2
+	ti.ctrl.R = ti.ctrl.D
+	n, err := wire.EncodeTerminate(body[:], ti.ctrl, ti.segLen, ti.hdr)
+	if err != nil {
+		ti.ctrl.D, ti.ctrl.R = false, false
+		n, _ = wire.EncodeTerminate(body[:], ti.ctrl, ti.segLen, nil)
+	}
+	m := &txMsg{kind: kindTerm, h: wire.Header{Opcode: wire.OpTerminate, Last: true, Term: ti.ctrl}}
+	// The control word is in the header; the copied headers are the payload.
+	m.data = [][]byte{append([]byte(nil), body[wire.TermControlLen:n]...)}
+	m.total = n - wire.TermControlLen
+	t.mu.Lock()
+	t.term = m
+	t.mu.Unlock()
+}
+
+type pumpResult uint8
+
+const (
+	pumpIdle pumpResult = iota
+	pumpWouldBlock
+)
+
+// run transmits until there is nothing to do, the queue stalls (ORD, fence,
+// responder before RTR: the token is parked) or the socket is full (the
+// token goes to the TX goroutine). block: wait for writability instead.
+func (t *txState) run(block bool) {
+	for {
+		if t.pump(block) == pumpWouldBlock {
+			select {
+			case t.e.txHand <- struct{}{}:
+			default:
+			}
+			return
+		}
+		if !t.idle() {
+			return
+		}
+	}
+}
+
+func (t *txState) pump(block bool) pumpResult {
+	for {
+		if t.queued > t.written {
+			wb, err := t.write(block)
+			if err != nil {
+				t.e.fail(nil, err)
+				t.dropBatch()
+			} else if wb {
+				return pumpWouldBlock
+			}
+			continue
+		}
+		t.resetBatch()
+		if t.e.dead.Load() {
+			if !t.fillDead() {
+				return pumpIdle
+			}
+			continue
+		}
+		if !t.fill() {
+			return pumpIdle
+		}
+	}
+}
+
+// idle decides what a transmitter does when pump found nothing to send: park
+// on a stall, go on, or give the token back. It reports whether to go on.
+func (t *txState) idle() bool {
+	e := t.e
+	t.mu.Lock()
+	if t.stall != stallNone && !e.dead.Load() {
+		if t.stalledLocked() {
+			t.parked = true
+			t.mu.Unlock()
+			return false
+		}
+		t.stall = stallNone
+		t.mu.Unlock()
+		return true
+	}
+	t.stall = stallNone
+	if len(t.internal) > 0 || t.term != nil {
+		t.mu.Unlock()
+		return true
+	}
+	closing := t.closing
+	t.mu.Unlock()
+	if (closing || e.dead.Load()) && !t.finSent {
+		t.finSent = true
+		if c := e.c; c != nil {
+			_ = c.CloseWrite()
+		}
+	}
+	if e.dead.Load() {
+		if e.qp.State() == verbs.QPSErr {
+			e.qp.Flush()
+		}
+		t.tokSync.Add(1)
+		if e.qp.ReleaseTx() {
+			return true
+		}
+		e.stopTxLoop()
+		return false
+	}
+	t.tokSync.Add(1)
+	if e.qp.ReleaseTx() {
+		return true
+	}
+	t.mu.Lock()
+	more := len(t.internal) > 0 || t.term != nil
+	t.mu.Unlock()
+	return more && e.qp.TakeTx()
+}
+
+func (t *txState) stalledLocked() bool {
+	switch t.stall {
+	case stallORD:
+		return len(t.ord) >= t.ordMax()
+	case stallFence:
+		return len(t.ord) > 0
+	case stallNotReady:
+		return !t.ready
+	}
+	return false
+}
+
+// fillDead drops all work and frames the Terminate, if one is due.
+func (t *txState) fillDead() bool {
+	t.mu.Lock()
+	term := t.term
+	t.term = nil
+	internal := t.internal
+	t.internal = nil
+	t.mu.Unlock()
+	for _, m := range internal {
+		t.finishDropped(m)
+	}
+	if t.cur != nil {
+		t.finishDropped(t.cur)
+		t.cur = nil
+	}
+	if term == nil || t.finSent {
+		return false
+	}
+	t.frameMsg(term)
+	return true
+}
+
+func (t *txState) finishDropped(m *txMsg) {
+	for ; m != nil; m = m.next {
+		m.release()
+		if m.kind == kindReadResp || m.kind == kindAtomicResp {
+			t.mu.Lock()
+			t.irdInUse--
+			t.mu.Unlock()
+		}
+	}
+}
+
+// dropAll releases everything the transmitter holds (hard close, after the
+// transmitters stopped).
+func (t *txState) dropAll() {
+	t.dropBatch()
+	t.fillDead()
+	t.mu.Lock()
+	t.term = nil
+	t.mu.Unlock()
+}
+
+func (t *txState) dropBatch() {
+	for _, a := range t.acts {
+		t.finishDropped(a.m)
+	}
+	t.acts = t.acts[:0]
+	t.resetBatch()
+}
+
+func (t *txState) resetBatch() {
+	t.iov = t.iov[:0]
+	t.apos = 0
+	t.wi, t.wo = 0, 0
+	t.queued, t.written = 0, 0
+}
+
+func (t *txState) batchFull() bool {
+	return t.apos > batchArena-1024 || len(t.iov) > batchIOV-320 || t.queued >= batchBytes
+}
+
+// fill frames FPDUs into the batch; false when there was nothing to send.
+func (t *txState) fill() bool {
+	added := false
+	for !t.batchFull() {
+		if t.cur == nil {
+			t.cur = t.nextMsg()
+			if t.cur == nil {
+				break
+			}
+		}
+		m := t.cur
+		t.frameSegment(m)
+		added = true
+		if m.off >= m.total {
+			t.acts = append(t.acts, txAct{end: t.queued, m: m})
+			t.cur = m.next
+			m.next = nil
+			if t.cur == nil && m.kind == kindTerm {
+				break
+			}
+		}
+	}
+	return added
+}
+
+// frameMsg frames a whole message (the Terminate).
+func (t *txState) frameMsg(m *txMsg) {
+	for {
+		t.frameSegment(m)
+		if m.off >= m.total {
+			t.acts = append(t.acts, txAct{end: t.queued, m: m})
+			return
+		}
+	}
+}
+
+func (t *txState) nextMsg() *txMsg {
+	t.mu.Lock()
+	if t.term != nil {
+		m := t.term
+		t.term = nil
+		t.mu.Unlock()
+		return m
+	}
+	if len(t.internal) > 0 {
+		m := t.internal[0]
+		t.internal[0] = nil
+		t.internal = t.internal[1:]
+		t.mu.Unlock()
+		return m
+	}
+	if !t.ready {
+		t.stall = stallNotReady
+		t.mu.Unlock()
+		return nil
+	}
+	t.mu.Unlock()
+	for {
+		sqe, idx, ok := t.e.qp.NextSend()
+		if !ok {
+			return nil
+		}
+		m, stall := t.buildSQ(sqe, idx)
+		if stall != stallNone {
+			t.e.qp.UnstartSend(idx)
+			t.mu.Lock()
+			t.stall = stall
+			t.mu.Unlock()
+			return nil
+		}
+		if m != nil {
+			return m
+		}
+		if t.e.dead.Load() {
+			return nil
+		}
+	}
+}
+
+var errLocalProt = errors.New("goiwarp: local protection error (bad lkey)")
+
+// gather pins the local SGEs of a work request.
+func (t *txState) gather(m *txMsg, sges []verbs.SGE, write bool) bool {
+	for _, s := range sges {
+		sp, err := verbs.LocalAccess(t.e.pd, s, write)
+		if err != nil {
+			m.release()
+			return false
+		}
+		m.spans = append(m.spans, sp)
+		if len(sp.Buf) > 0 {
+			m.data = append(m.data, sp.Buf)
+		}
+		m.total += len(sp.Buf)
+	}
+	return true
+}
+
+// localError completes a work request that cannot start and takes the QP down.
+func (t *txState) localError(idx uint32, status uint32, err error) {
+	t.e.completeSend(idx, status, 0)
+	t.e.failEv(nil, err, verbs.EventQPFatal)
+}
+
+// buildSQ turns an SQ entry into a message, or completes it at once.
+func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
+	op := sqe.Opcode
+	t.mu.Lock()
+	nord := len(t.ord)
+	t.mu.Unlock()
+	if sqe.Flags&verbs.SendFence != 0 && nord > 0 {
+		return nil, stallFence
+	}
+	m := &txMsg{kind: kindSQ, idx: idx, complete: true}
+	switch op {
+	case verbs.WRSend, verbs.WRSendWithInv:
+		m.h.Opcode = wire.OpSend
+		if op == verbs.WRSendWithInv {
+			m.h.Opcode = wire.OpSendInv
+			m.h.InvalidateSTag = sqe.ImmInv
+		}
+		if sqe.Flags&verbs.SendSolicited != 0 {
+			m.h.Opcode += wire.OpSendSE - wire.OpSend
+		}
+		if sqe.Flags&verbs.SendInline != 0 {
+			d := sqe.InlineData()
+			m.data = [][]byte{d}
+			m.total = len(d)
+		} else if !t.gather(m, sqe.SGEs(), false) {
+			t.localError(idx, verbs.WCLocProtErr, errLocalProt)
+			return nil, stallNone
+		}
+		m.h.MSN = t.msn[wire.QNSend]
+		t.msn[wire.QNSend]++
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		m.h.Opcode = wire.OpWrite
+		m.h.STag = sqe.RKey
+		m.baseTO = sqe.RemoteAddr
+		if sqe.Flags&verbs.SendInline != 0 {
+			d := sqe.InlineData()
+			m.data = [][]byte{d}
+			m.total = len(d)
+		} else if !t.gather(m, sqe.SGEs(), false) {
+			t.localError(idx, verbs.WCLocProtErr, errLocalProt)
+			return nil, stallNone
+		}
+		if op == verbs.WRRDMAWriteWithImm {
+			imm := &txMsg{kind: kindSQ, idx: idx, complete: true}
+			imm.h.Opcode = wire.OpImmediate
+			if sqe.Flags&verbs.SendSolicited != 0 {
+				imm.h.Opcode = wire.OpImmediateSE
+			}
+			var b [8]byte
+			binary.NativeEndian.PutUint32(b[:4], sqe.ImmInv) // network order as given
+			imm.h.Immediate = binary.BigEndian.Uint64(b[:])
+			imm.h.MSN = t.msn[wire.QNSend]
+			t.msn[wire.QNSend]++
+			imm.byteLen = uint32(m.total)
+			m.complete = false
+			m.next = imm
+		}
+	case verbs.WRRDMARead, verbs.WRAtomicFetchAdd, verbs.WRAtomicCmpSwp:
+		if nord >= t.ordMax() {
+			return nil, stallORD
+		}
+		sges := sqe.SGEs()
+		atomic := op != verbs.WRRDMARead
+		if len(sges) > 1 || atomic && (len(sges) != 1 || sges[0].Length < 8) {
+			t.localError(idx, verbs.WCLocLenErr, errors.New("goiwarp: bad SGE list for Read/Atomic"))
+			return nil, stallNone
+		}
+		oe := &ordEntry{idx: idx, atomic: atomic}
+		if len(sges) == 1 {
+			s := sges[0]
+			if atomic {
+				s.Length = 8
+			}
+			sp, err := verbs.LocalAccess(t.e.pd, s, true)
+			if err != nil {
+				t.localError(idx, verbs.WCLocProtErr, errLocalProt)
+				return nil, stallNone
+			}
+			oe.span, oe.sinkSTag, oe.sinkTO, oe.length = sp, s.LKey, s.Addr, s.Length
+		}
+		m.complete = false
+		if atomic {
+			t.reqID++
+			oe.reqID = t.reqID
+			m.h = wire.Header{Opcode: wire.OpAtomicRequest, Last: true, MSN: t.msn[wire.QNAtomicRequest],
+				AtomicReqID: oe.reqID, RemoteSTag: sqe.RKey, RemoteTO: sqe.RemoteAddr,
+				AddSwap: sqe.CompareAdd, AddSwapMask: ^uint64(0)}
+			if op == verbs.WRAtomicCmpSwp {
+				m.h.AtomicOp = wire.AtomicCmpSwap
+				m.h.AddSwap, m.h.Compare, m.h.CompareMask = sqe.Swap, sqe.CompareAdd, ^uint64(0)
+			}
+			t.msn[wire.QNAtomicRequest]++
+		} else {
+			m.h = wire.Header{Opcode: wire.OpReadRequest, Last: true, MSN: t.msn[wire.QNReadRequest],
+				SinkSTag: oe.sinkSTag, SinkTO: oe.sinkTO, ReadSize: oe.length, SrcSTag: sqe.RKey, SrcTO: sqe.RemoteAddr}
+			t.msn[wire.QNReadRequest]++
+		}
+		t.mu.Lock()
+		t.ord = append(t.ord, oe)
+		t.mu.Unlock()
+	case verbs.WRLocalInv:
+		status := uint32(verbs.WCSuccess)
+		if err := verbs.InvalidateSTag(t.e.pd, sqe.ImmInv); err != nil {
+			status = verbs.WCMWBindErr
+		}
+		t.e.completeSend(idx, status, 0)
+		return nil, stallNone
+	default:
+		t.localError(idx, verbs.WCLocQPOpErr, errors.New("goiwarp: unsupported work request opcode"))
+		return nil, stallNone
+	}
+	if m.byteLen == 0 {
+		m.byteLen = uint32(m.total)
+	}
+	if m.next != nil {
+		m.byteLen = uint32(m.total)
+	}
+	return m, stallNone
+}
+
+// frameSegment appends the next FPDU of m to the batch.
+func (t *txState) frameSegment(m *txMsg) {
+	h := &m.h
+	info := h.Opcode.Info()
+	chunk := min(m.total-m.off, t.e.mulpdu-info.HeaderLen)
+	if info.Tagged {
+		h.TO = m.baseTO + uint64(m.off)
+	} else if info.Payload && h.Opcode != wire.OpTerminate {
+		h.MO = uint32(m.off)
+	}
+	h.Last = m.off+chunk >= m.total
+	hb := t.arena[t.apos:]
+	hl, _ := wire.EncodeHeader(hb[2:], h)
+	ulpdu := hl + chunk
+	binary.BigEndian.PutUint16(hb, uint16(ulpdu))
+	t.apos += 2 + hl
+	t.fstart = t.spos
+	t.crcAcc = 0
+	t.piece(hb[:2+hl])
+	// payload slices
+	left := chunk
+	for left > 0 {
+		d := m.data[m.si][m.so:]
+		k := min(len(d), left)
+		t.piece(d[:k])
+		left -= k
+		m.so += k
+		if m.so == len(m.data[m.si]) {
+			m.si++
+			m.so = 0
+		}
+	}
+	m.off += chunk
+	pad := (4 - (2+ulpdu)&3) & 3
+	tr := t.arena[t.apos : t.apos+pad+4+4]
+	clear(tr[:pad])
+	if pad > 0 {
+		t.piece(tr[:pad])
+		t.apos += pad
+	}
+	if t.mk && t.spos%512 == 0 {
+		t.marker()
+	}
+	crcb := t.arena[t.apos : t.apos+4]
+	if t.crc {
+		binary.BigEndian.PutUint32(crcb, t.crcAcc)
+	} else {
+		clear(crcb)
+	}
+	t.apos += 4
+	t.iov = append(t.iov, crcb)
+	t.queued += 4
+	t.spos += 4
+}
+
+// piece adds bytes of the current FPDU (before its CRC) to the batch,
+// inserting markers and summing the CRC.
+func (t *txState) piece(b []byte) {
+	for len(b) > 0 {
+		k := len(b)
+		if t.mk {
+			if t.spos%512 == 0 {
+				t.marker()
+			}
+			k = min(k, int(512-t.spos%512))
+		}
+		if t.crc {
+			t.crcAcc = wire.CRC32cUpdate(t.crcAcc, b[:k])
+		}
+		t.iov = append(t.iov, b[:k])
+		t.queued += int64(k)
+		t.spos += uint64(k)
+		b = b[k:]
+	}
+}
+
+func (t *txState) marker() {
+	mb := t.arena[t.apos : t.apos+4]
+	mb[0], mb[1] = 0, 0
+	binary.BigEndian.PutUint16(mb[2:], uint16(t.spos-t.fstart))
+	t.apos += 4
+	if t.crc {
+		t.crcAcc = wire.CRC32cUpdate(t.crcAcc, mb)
+	}
+	t.iov = append(t.iov, mb)
+	t.queued += 4
+	t.spos += 4
+}
+
+// frameOne frames a single FPDU given as bytes (length, header, pad) and
+// returns it with its CRC (and markers), for the RTR sent before RTS.
+func (t *txState) frameOne(fpdu []byte, _ []byte) []byte {
+	t.fstart = t.spos
+	t.crcAcc = 0
+	t.resetBatch()
+	t.piece(fpdu)
+	if t.mk && t.spos%512 == 0 {
+		t.marker()
+	}
+	var out []byte
+	for _, b := range t.iov {
+		out = append(out, b...)
+	}
+	var c [4]byte
+	if t.crc {
+		binary.BigEndian.PutUint32(c[:], t.crcAcc)
+	}
+	t.spos += 4
+	t.resetBatch()
+	return append(out, c[:]...)
+}
+
+// write writes the batch; wouldBlock when the socket is full and !block.
+func (t *txState) write(block bool) (wouldBlock bool, err error) {
+	rerr := t.e.rc.Write(func(fd uintptr) bool {
+		for t.wi < len(t.iov) {
+			t.iovecs = t.iovecs[:0]
+			for i := t.wi; i < len(t.iov) && len(t.iovecs) < batchIOV; i++ {
+				b := t.iov[i]
+				if i == t.wi {
+					b = b[t.wo:]
+				}
+				if len(b) == 0 {
+					continue
+				}
+				v := unix.Iovec{Base: &b[0]}
+				v.SetLen(len(b))
+				t.iovecs = append(t.iovecs, v)
+			}
+			if len(t.iovecs) == 0 {
+				t.wi = len(t.iov)
+				break
+			}
+			n, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.iovecs[0])), uintptr(len(t.iovecs)))
+			runtime.KeepAlive(t.iov)
+			if errno == syscall.EINTR {
+				continue
+			}
+			if errno == syscall.EAGAIN {
+				if block {
+					return false
+				}
+				wouldBlock = true
+				return true
+			}
+			if errno != 0 {
+				err = errno
+				return true
+			}
+			t.advance(int(n))
+		}
+		return true
+	})
+	if err == nil && rerr != nil {
+		err = rerr
+	}
+	if err != nil {
+		return false, err
+	}
+	t.retire()
+	return wouldBlock, nil
+}
+
+func (t *txState) advance(n int) {
+	t.written += int64(n)
+	for n > 0 && t.wi < len(t.iov) {
+		r := len(t.iov[t.wi]) - t.wo
+		if n < r {
+			t.wo += n
+			return
+		}
+		n -= r
+		t.wi++
+		t.wo = 0
+	}
+	for t.wi < len(t.iov) && len(t.iov[t.wi]) == t.wo {
+		t.wi++
+		t.wo = 0
+	}
+}
+
+// retire finishes the messages whose last byte is on the socket.
+func (t *txState) retire() {
+	k := 0
+	for k < len(t.acts) && t.acts[k].end <= t.written {
+		t.finish(t.acts[k].m)
+		t.acts[k].m = nil
+		k++
+	}
+	if k > 0 {
+		n := copy(t.acts, t.acts[k:])
+		t.acts = t.acts[:n]
+	}
+}
+
+func (t *txState) finish(m *txMsg) {
+	m.release()
+	switch m.kind {
+	case kindSQ:
+		if m.complete {
+			t.e.completeSend(m.idx, verbs.WCSuccess, m.byteLen)
+		}
+	case kindReadResp, kindAtomicResp:
+		t.mu.Lock()
+		t.irdInUse--
+		t.mu.Unlock()
+	case kindTerm:
+		t.finSent = true
+		if c := t.e.c; c != nil {
+			_ = c.CloseWrite()
+		}
+	}
+}
