@@ -646,6 +646,21 @@ void rdma_destroy_srq(struct rdma_cm_id *id)
 
 /* ---- connections ---------------------------------------------------------- */
 
+/* Device limits (max_qp_init_rd_atom, max_qp_rd_atom), as librdmacm's cma_dev. */
+static pthread_once_t gcm_limits_once = PTHREAD_ONCE_INIT;
+static struct gcapi_limits gcm_lim;
+
+static void gcm_limits_init(void)
+{
+	goVerbsLimits(&gcm_lim);
+}
+
+static const struct gcapi_limits *gcm_limits(void)
+{
+	pthread_once(&gcm_limits_once, gcm_limits_init);
+	return &gcm_lim;
+}
+
 int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
 	struct gcm_addrs a;
@@ -693,18 +708,18 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	if (!id->qp)
 		return gcm_err(EINVAL); /* iWARP connects a QP */
 	if (conn_param && conn_param->initiator_depth != RDMA_MAX_INIT_DEPTH) {
-		if (conn_param->initiator_depth > gcapi_limits.max_ord)
+		if (conn_param->initiator_depth > gcm_limits()->max_ord)
 			return gcm_err(EINVAL);
 		ord = conn_param->initiator_depth;
 	} else {
-		ord = gcapi_limits.max_ord;
+		ord = gcm_limits()->max_ord;
 	}
 	if (conn_param && conn_param->responder_resources != RDMA_MAX_RESP_RES) {
-		if (conn_param->responder_resources > gcapi_limits.max_ird)
+		if (conn_param->responder_resources > gcm_limits()->max_ird)
 			return gcm_err(EINVAL);
 		ird = conn_param->responder_resources;
 	} else {
-		ird = gcapi_limits.max_ird;
+		ird = gcm_limits()->max_ird;
 	}
 	n = gcm_pdata(g, conn_param, pd);
 	if (n < 0)
@@ -730,17 +745,17 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	if (!id || !id->qp)
 		return gcm_err(EINVAL);
 	if (!conn_param || conn_param->initiator_depth == RDMA_MAX_INIT_DEPTH) {
-		ord = g->initiator_depth < gcapi_limits.max_ord ? g->initiator_depth : gcapi_limits.max_ord;
+		ord = g->initiator_depth < gcm_limits()->max_ord ? g->initiator_depth : gcm_limits()->max_ord;
 	} else {
-		if (conn_param->initiator_depth > gcapi_limits.max_ord)
+		if (conn_param->initiator_depth > gcm_limits()->max_ord)
 			return gcm_err(EINVAL);
 		ord = conn_param->initiator_depth;
 	}
 	if (!conn_param || conn_param->responder_resources == RDMA_MAX_RESP_RES) {
-		ird = g->responder_resources < gcapi_limits.max_ird ? g->responder_resources
-								    : gcapi_limits.max_ird;
+		ird = g->responder_resources < gcm_limits()->max_ird ? g->responder_resources
+								    : gcm_limits()->max_ird;
 	} else {
-		if (conn_param->responder_resources > gcapi_limits.max_ird)
+		if (conn_param->responder_resources > gcm_limits()->max_ird)
 			return gcm_err(EINVAL);
 		ird = conn_param->responder_resources;
 	}
