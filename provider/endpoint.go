@@ -60,6 +60,7 @@ type Endpoint struct {
 	evEnded   bool // Disconnected (or a failed attempt) was delivered
 
 	failOnce sync.Once
+	hardOnce sync.Once
 	discOnce sync.Once
 }
 
@@ -331,6 +332,12 @@ func (e *Endpoint) Close(graceful bool) {
 	if !started {
 		return
 	}
+	e.hardOnce.Do(e.quiesce)
+}
+
+// quiesce waits until no goroutine or thread of the endpoint runs, then
+// releases what the transmitter held.
+func (e *Endpoint) quiesce() {
 	e.life.Lock() // wait for transmitters in other threads
 	e.life.Unlock()
 	e.stopTxLoop()

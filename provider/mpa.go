@@ -226,12 +226,12 @@ type Request struct {
 	Params        ConnParams // the initiator's private data and IRD/ORD
 	Local, Remote *net.TCPAddr
 
-	c    *net.TCPConn
-	f    wire.MPAFields
-	v2   wire.MPAV2Params
+	c     *net.TCPConn
+	f     wire.MPAFields
+	v2    wire.MPAV2Params
 	hasV2 bool
-	pol  *Policy
-	done bool
+	pol   *Policy
+	done  bool
 }
 
 // Listener accepts connections and reads their MPA requests.

@@ -273,7 +273,8 @@ func (qp *QP) SetError() bool {
 		qp.mu.Unlock()
 		return false
 	}
-	qp.conn = nil
+	// The transport stays attached: Destroy and the move to RESET still call
+	// its Close(false), which waits until the engine no longer touches the rings.
 	qp.publishState(QPSErr)
 	qp.mu.Unlock()
 	qp.Flush()
