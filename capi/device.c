@@ -702,3 +702,57 @@ const char *ibv_wc_status_str(enum ibv_wc_status st)
 		return "unknown";
 	return s[st];
 }
+
+/* ---- static rate conversions ------------------------------------------- */
+
+static const struct {
+	enum ibv_rate rate;
+	int mult; /* multiple of 2.5 Gb/s, -1 if not one */
+	int mbps;
+} rates[] = {
+	{ IBV_RATE_2_5_GBPS, 1, 2500 },	   { IBV_RATE_5_GBPS, 2, 5000 },
+	{ IBV_RATE_10_GBPS, 4, 10000 },	   { IBV_RATE_20_GBPS, 8, 20000 },
+	{ IBV_RATE_30_GBPS, 12, 30000 },   { IBV_RATE_40_GBPS, 16, 40000 },
+	{ IBV_RATE_60_GBPS, 24, 60000 },   { IBV_RATE_80_GBPS, 32, 80000 },
+	{ IBV_RATE_120_GBPS, 48, 120000 }, { IBV_RATE_14_GBPS, -1, 14062 },
+	{ IBV_RATE_56_GBPS, -1, 56250 },   { IBV_RATE_112_GBPS, -1, 112500 },
+	{ IBV_RATE_168_GBPS, -1, 168750 }, { IBV_RATE_25_GBPS, -1, 25781 },
+	{ IBV_RATE_100_GBPS, -1, 103125 }, { IBV_RATE_200_GBPS, -1, 206250 },
+	{ IBV_RATE_300_GBPS, -1, 309375 }, { IBV_RATE_28_GBPS, -1, 28125 },
+	{ IBV_RATE_50_GBPS, -1, 53125 },   { IBV_RATE_400_GBPS, -1, 425000 },
+	{ IBV_RATE_600_GBPS, -1, 637500 }, { IBV_RATE_800_GBPS, -1, 850000 },
+	{ IBV_RATE_1200_GBPS, -1, 1275000 },
+};
+#define NRATES (sizeof(rates) / sizeof(rates[0]))
+
+int ibv_rate_to_mult(enum ibv_rate rate)
+{
+	for (size_t i = 0; i < NRATES; i++)
+		if (rates[i].rate == rate)
+			return rates[i].mult;
+	return -1;
+}
+
+enum ibv_rate mult_to_ibv_rate(int mult)
+{
+	for (size_t i = 0; i < NRATES; i++)
+		if (rates[i].mult == mult && mult > 0)
+			return rates[i].rate;
+	return IBV_RATE_MAX;
+}
+
+int ibv_rate_to_mbps(enum ibv_rate rate)
+{
+	for (size_t i = 0; i < NRATES; i++)
+		if (rates[i].rate == rate)
+			return rates[i].mbps;
+	return -1;
+}
+
+enum ibv_rate mbps_to_ibv_rate(int mbps)
+{
+	for (size_t i = 0; i < NRATES; i++)
+		if (rates[i].mbps == mbps)
+			return rates[i].rate;
+	return IBV_RATE_MAX;
+}
