@@ -315,7 +315,7 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 
 	if (!id)
 		return gcm_err(EINVAL);
-	goCMCloseID(g->h);
+	goCMCloseID(g->h, id->qp != NULL);
 	if (id->event) {
 		rdma_ack_cm_event(id->event);
 		id->event = NULL;

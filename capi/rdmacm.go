@@ -178,9 +178,9 @@ func goCMCreateID(chh C.uintptr_t, ps C.int, cookie unsafe.Pointer, h *C.uintptr
 // it waits for the acks and frees the handle.
 //
 //export goCMCloseID
-func goCMCloseID(h C.uintptr_t) {
+func goCMCloseID(h C.uintptr_t, hasQP C.int) {
 	if id := cmID(h); id != nil {
-		id.Close()
+		id.Close(hasQP != 0)
 	}
 }
 

@@ -187,6 +187,7 @@ func (id *ID) queueLocked(e *Event) {
 	}
 	e.ID = id
 	e.Src, e.Dst, e.Dev = id.src, id.dst, id.dev
+	tracef("id %p: queue %v status %d", id, e.Type, e.Status)
 	id.ch.push(e)
 }
 
@@ -377,6 +378,7 @@ func (id *ID) onRequest(r Request) {
 		PrivateData: slices.Clone(p.PrivateData), ResponderResources: p.ORD, InitiatorDepth: p.IRD}
 	e.ID = n
 	e.Src, e.Dst, e.Dev = n.src, n.dst, n.dev
+	tracef("listen %p: queue CONNECT_REQUEST for %p from %v", id, n, n.dst)
 	id.ch.push(e)
 	id.mu.Unlock()
 }
@@ -539,6 +541,7 @@ func (id *ID) onConnEvent(ev provider.Event) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	st := id.state
+	tracef("id %p state %v: engine event %d err %v", id, st, ev.Type, ev.Err)
 	active := id.listen == nil
 	var e *Event
 	switch ev.Type {
@@ -605,14 +608,15 @@ func (id *ID) Migrate(ch *Channel) {
 
 // Destroy releases the id (rdma_destroy_id): Close, then WaitAcks.
 func (id *ID) Destroy() {
-	id.Close()
+	id.Close(true)
 	id.WaitAcks()
 }
 
 // Close is the first half of rdma_destroy_id: the listener, connection or
 // unanswered request go and queued events are dropped. Nothing is queued
-// for the id afterwards.
-func (id *ID) Close() {
+// for the id afterwards. hasQP false means the application destroyed the
+// QP already, which ended the connection: the endpoint is left alone.
+func (id *ID) Close(hasQP bool) {
 	id.mu.Lock()
 	if id.destroyed {
 		id.mu.Unlock()
@@ -637,7 +641,7 @@ func (id *ID) Close() {
 			id.listen.requestDone()
 		}
 	}
-	if ep != nil {
+	if ep != nil && hasQP {
 		ep.Disconnect()
 	}
 	if sock >= 0 {
