@@ -458,8 +458,10 @@ ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entr
  * enum ibv_gid_type_sysfs { IB_ROCE_V1 = 0, ROCE_V2 = 1 }. */
 int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index, uint32_t *type)
 {
-	if (!ctx || !type || port != 1 || index != 0)
-		return gcapi_err(EINVAL) ? -1 : -1;
+	if (!ctx || !type || port != 1 || index != 0) {
+		errno = EINVAL;
+		return -1;
+	}
 	*type = 0;
 	return 0;
 }
@@ -522,8 +524,10 @@ int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 {
 	struct async_rec r;
 
-	if (!ctx || !event)
-		return gcapi_err(EINVAL) ? -1 : -1;
+	if (!ctx || !event) {
+		errno = EINVAL;
+		return -1;
+	}
 	for (;;) {
 		ssize_t n = read(ctx->async_fd, &r, sizeof(r));
 		if (n < 0 && errno == EINTR)
