@@ -23,7 +23,7 @@ sudo=
 [[ $(id -u) -eq 0 ]] || sudo=sudo
 export DEBIAN_FRONTEND=noninteractive
 echo "deps: installing ${missing[*]}"
-$sudo apt-get update -qq
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 install=()
 for p in "${missing[@]}"; do
   if [[ " ${optional_pkgs[*]} " == *" $p "* ]] && ! apt-cache show "$p" >/dev/null 2>&1; then
@@ -31,5 +31,5 @@ for p in "${missing[@]}"; do
   fi
   install+=("$p")
 done
-[[ ${#install[@]} -eq 0 ]] || $sudo apt-get install -y -qq --no-install-recommends \
+[[ ${#install[@]} -eq 0 ]] || $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
   -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${install[@]}"
