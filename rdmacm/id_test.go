@@ -1,0 +1,302 @@
+package rdmacm
+
+import (
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/goiwarp/goiwarp/provider"
+	"github.com/goiwarp/goiwarp/verbs"
+)
+
+// fakeEngine stands in for the iWARP engine: the test drives its callbacks.
+type fakeEngine struct {
+	mu       sync.Mutex
+	conns    []func(provider.Event)
+	connErr  error
+	listenCB func(Request)
+}
+
+type fakeEP struct{ disc int }
+
+func (e *fakeEP) Disconnect() { e.disc++ }
+
+type fakeListener struct{ closed bool }
+
+func (l *fakeListener) Close() { l.closed = true }
+
+func (f *fakeEngine) Connect(qp *verbs.QP, laddr, raddr *net.TCPAddr, p provider.ConnParams,
+	timeout time.Duration, cb func(provider.Event)) (Endpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.connErr != nil {
+		return nil, f.connErr
+	}
+	f.conns = append(f.conns, cb)
+	return &fakeEP{}, nil
+}
+
+func (f *fakeEngine) Listen(ln *net.TCPListener, cb func(Request)) Listener {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.listenCB = cb
+	return &fakeListener{}
+}
+
+type fakeReq struct {
+	p        provider.ConnParams
+	rejected []byte
+	accepted bool
+	cb       func(provider.Event)
+}
+
+func (r *fakeReq) Params() provider.ConnParams { return r.p }
+func (r *fakeReq) Addrs() (*net.TCPAddr, *net.TCPAddr) {
+	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 1}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 2}
+}
+func (r *fakeReq) Accept(qp *verbs.QP, p provider.ConnParams, cb func(provider.Event)) (Endpoint, error) {
+	r.accepted, r.cb = true, cb
+	return &fakeEP{}, nil
+}
+func (r *fakeReq) Reject(pd []byte) error { r.rejected = append([]byte{}, pd...); return nil }
+
+func waitEvent(t *testing.T, ch *Channel) *Event {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if e := ch.TryPop(); e != nil {
+			return e
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("no event")
+	return nil
+}
+
+func loopback() *net.TCPAddr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4()} }
+
+// activeID brings an id to ROUTE_RESOLVED.
+func activeID(t *testing.T, ch *Channel, eng Engine) *ID {
+	id, err := NewID(ch, PSTCP, eng)
+	require.NoError(t, err)
+	require.NoError(t, id.ResolveAddr(nil, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 9}, time.Second))
+	e := waitEvent(t, ch)
+	require.Equal(t, EventAddrResolved, e.Type)
+	e.Owner().Ack()
+	require.NoError(t, id.ResolveRoute(time.Second))
+	e = waitEvent(t, ch)
+	require.Equal(t, EventRouteResolved, e.Type)
+	e.Owner().Ack()
+	return id
+}
+
+func TestPortSpaces(t *testing.T) {
+	ch, err := NewChannel()
+	require.NoError(t, err)
+	defer ch.Close()
+	for _, tc := range []struct {
+		ps  int
+		err error
+	}{{PSTCP, nil}, {PSIB, nil}, {PSUDP, unix.EPROTONOSUPPORT}, {PSIPoIB, unix.EPROTONOSUPPORT}} {
+		_, err := NewID(ch, tc.ps, &fakeEngine{})
+		assert.Equal(t, tc.err, err, "ps %#x", tc.ps)
+	}
+}
+
+func TestActiveEventMapping(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		evs    []provider.Event
+		want   []EventType
+		status []int
+	}{
+		{"established then disconnected",
+			[]provider.Event{{Type: provider.Established, Params: provider.ConnParams{PrivateData: []byte{7}, IRD: 1, ORD: 2}}, {Type: provider.Disconnected}},
+			[]EventType{EventEstablished, EventDisconnected}, []int{0, 0}},
+		{"rejected with private data",
+			[]provider.Event{{Type: provider.Rejected, Params: provider.ConnParams{PrivateData: []byte("no")}}},
+			[]EventType{EventRejected}, []int{-int(unix.ECONNREFUSED)}},
+		{"nobody listening", []provider.Event{{Type: provider.Rejected, Err: unix.ECONNREFUSED}},
+			[]EventType{EventRejected}, []int{-int(unix.ECONNREFUSED)}},
+		{"mpa timeout", []provider.Event{{Type: provider.Unreachable}},
+			[]EventType{EventUnreachable}, []int{-int(unix.ETIMEDOUT)}},
+		{"mpa error", []provider.Event{{Type: provider.ConnectError}},
+			[]EventType{EventConnectError}, []int{-int(unix.ECONNRESET)}},
+		{"disconnected twice reports once",
+			[]provider.Event{{Type: provider.Established}, {Type: provider.Disconnected}, {Type: provider.Disconnected}},
+			[]EventType{EventEstablished, EventDisconnected}, []int{0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch, err := NewChannel()
+			require.NoError(t, err)
+			defer ch.Close()
+			eng := &fakeEngine{}
+			id := activeID(t, ch, eng)
+			require.ErrorIs(t, id.Connect(nil, provider.ConnParams{}), unix.EINVAL)
+			qp := &verbs.QP{}
+			require.ErrorIs(t, id.Connect(qp, provider.ConnParams{PrivateData: make([]byte, MaxPrivateData+1)}), unix.EINVAL)
+			require.NoError(t, id.Connect(qp, provider.ConnParams{PrivateData: make([]byte, MaxPrivateData)}))
+			require.Equal(t, StateConnect, id.State())
+			for _, ev := range tc.evs {
+				eng.conns[0](ev)
+			}
+			for i, w := range tc.want {
+				e := waitEvent(t, ch)
+				assert.Equal(t, w, e.Type)
+				assert.Equal(t, tc.status[i], e.Status)
+				if e.Type == EventRejected && tc.evs[0].Params.PrivateData != nil {
+					assert.Equal(t, tc.evs[0].Params.PrivateData, e.PrivateData)
+				}
+				if e.Type == EventEstablished {
+					assert.Equal(t, tc.evs[0].Params.IRD, e.ResponderResources)
+					assert.Equal(t, tc.evs[0].Params.ORD, e.InitiatorDepth)
+				}
+				e.Owner().Ack()
+			}
+			assert.Nil(t, ch.TryPop())
+			pending, err := id.Disconnect()
+			assert.NoError(t, err)
+			assert.False(t, pending)
+			id.Destroy()
+		})
+	}
+}
+
+func TestPassiveAcceptRejectBacklog(t *testing.T) {
+	ch, err := NewChannel()
+	require.NoError(t, err)
+	defer ch.Close()
+	eng := &fakeEngine{}
+	l, err := NewID(ch, PSTCP, eng)
+	require.NoError(t, err)
+	require.NoError(t, l.Bind(loopback()))
+	require.NoError(t, l.Listen(1))
+	src, _, _ := l.Addrs()
+	require.NotZero(t, src.Port)
+
+	// A second listener on the port: EADDRINUSE at bind or listen.
+	l2, err := NewID(ch, PSTCP, eng)
+	require.NoError(t, err)
+	err = l2.Bind(src)
+	if err == nil {
+		err = l2.Listen(1)
+	}
+	require.ErrorIs(t, err, unix.EADDRINUSE)
+	l2.Destroy()
+
+	r1 := &fakeReq{p: provider.ConnParams{PrivateData: []byte{1, 2, 3}, IRD: 3, ORD: 4}}
+	eng.listenCB(r1)
+	r2 := &fakeReq{}
+	eng.listenCB(r2) // over the backlog of 1
+	assert.NotNil(t, r2.rejected)
+	e := waitEvent(t, ch)
+	require.Equal(t, EventConnectRequest, e.Type)
+	assert.Same(t, l, e.Listen)
+	assert.Same(t, l, e.Owner())
+	assert.Equal(t, []byte{1, 2, 3}, e.PrivateData)
+	assert.Equal(t, uint8(4), e.ResponderResources) // the initiator's ORD
+	assert.Equal(t, uint8(3), e.InitiatorDepth)     // the initiator's IRD
+	n := e.ID
+	require.Equal(t, StateConnectRequest, n.State())
+	require.NoError(t, n.Accept(&verbs.QP{}, provider.ConnParams{IRD: 4, ORD: 3}))
+	assert.True(t, r1.accepted)
+	r1.cb(provider.Event{Type: provider.Established})
+	est := waitEvent(t, ch)
+	assert.Equal(t, EventEstablished, est.Type)
+	assert.Same(t, n, est.ID)
+	est.Owner().Ack()
+
+	// destroy of the listener waits for the unacked CONNECT_REQUEST
+	done := make(chan struct{})
+	go func() { l.Destroy(); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("destroy returned with an unacked event")
+	case <-time.After(50 * time.Millisecond):
+	}
+	e.Owner().Ack()
+	<-done
+
+	// reject on another listener
+	l3, err := NewID(ch, PSTCP, eng)
+	require.NoError(t, err)
+	require.NoError(t, l3.Listen(0))
+	r3 := &fakeReq{}
+	eng.listenCB(r3)
+	e = waitEvent(t, ch)
+	require.ErrorIs(t, e.ID.Reject(make([]byte, MaxPrivateData+1)), unix.EINVAL)
+	require.NoError(t, e.ID.Reject([]byte("busy")))
+	assert.Equal(t, []byte("busy"), r3.rejected)
+	e.Owner().Ack()
+	e.ID.Destroy()
+	l3.Destroy()
+	n.Destroy()
+}
+
+func TestMigrateMovesQueuedEvents(t *testing.T) {
+	a, err := NewChannel()
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := NewChannel()
+	require.NoError(t, err)
+	defer b.Close()
+	id, err := NewID(a, PSTCP, &fakeEngine{})
+	require.NoError(t, err)
+	require.NoError(t, id.ResolveAddr(nil, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 9}, time.Second))
+	require.Eventually(t, func() bool { return a.Len() == 1 }, time.Second, time.Millisecond)
+	id.Migrate(b)
+	assert.Equal(t, 0, a.Len())
+	e := waitEvent(t, b)
+	assert.Equal(t, EventAddrResolved, e.Type)
+	e.Owner().Ack()
+	id.Destroy()
+}
+
+func TestNonblockingChannelFD(t *testing.T) {
+	ch, err := NewChannel()
+	require.NoError(t, err)
+	defer ch.Close()
+	require.NoError(t, unix.SetNonblock(ch.FD(), true))
+	var b [8]byte
+	_, err = unix.Read(ch.FD(), b[:])
+	require.ErrorIs(t, err, unix.EAGAIN)
+	for i := 0; i < 3; i++ {
+		ch.push(&Event{Type: EventRouteResolved})
+	}
+	for i := 0; i < 3; i++ {
+		fds := []unix.PollFd{{Fd: int32(ch.FD()), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 1000)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		_, err = unix.Read(ch.FD(), b[:])
+		require.NoError(t, err)
+		require.NotNil(t, ch.Pop())
+	}
+	_, err = unix.Read(ch.FD(), b[:])
+	require.ErrorIs(t, err, unix.EAGAIN)
+}
+
+func TestStateErrors(t *testing.T) {
+	ch, err := NewChannel()
+	require.NoError(t, err)
+	defer ch.Close()
+	id, err := NewID(ch, PSTCP, &fakeEngine{})
+	require.NoError(t, err)
+	assert.ErrorIs(t, id.ResolveRoute(time.Second), unix.EINVAL)
+	_, err = id.Disconnect()
+	assert.ErrorIs(t, err, unix.EINVAL)
+	assert.ErrorIs(t, id.Accept(&verbs.QP{}, provider.ConnParams{}), unix.EINVAL)
+	assert.ErrorIs(t, id.Reject(nil), unix.EINVAL)
+	assert.ErrorIs(t, id.SetOption(OptionLevelID, OptionTOS, []byte{1, 2}), unix.EINVAL)
+	assert.NoError(t, id.SetOption(OptionLevelID, OptionTOS, []byte{16}))
+	assert.NoError(t, id.SetOption(OptionLevelID, OptionAFOnly, []byte{1, 0, 0, 0}))
+	assert.ErrorIs(t, id.SetOption(7, 7, nil), unix.ENOSYS)
+	require.NoError(t, id.Bind(&net.TCPAddr{IP: net.IPv6loopback}))
+	assert.ErrorIs(t, id.Bind(loopback()), unix.EINVAL)
+	id.Destroy()
+}
