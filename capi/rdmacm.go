@@ -129,18 +129,18 @@ func goCMPop(h C.uintptr_t, info *C.struct_gcm_evinfo) C.int {
 	if e == nil {
 		return 0
 	}
-	if e.ID.Cookie == 0 {
+	if e.ID.Cookie == nil {
 		// A connection request: its id is born in C now, as librdmacm
 		// creates it when the application reads the event.
 		e.ID.Handle = uintptr(newHandle(e.ID))
-		e.ID.Cookie = uintptr(unsafe.Pointer(C.gcm_new_child(
-			(*C.struct_rdma_cm_id)(unsafe.Pointer(e.Listen.Cookie)), C.uintptr_t(e.ID.Handle))))
+		e.ID.Cookie = unsafe.Pointer(C.gcm_new_child(
+			(*C.struct_rdma_cm_id)(e.Listen.Cookie), C.uintptr_t(e.ID.Handle)))
 	}
 	info.event = C.int(e.Type)
 	info.status = C.int(e.Status)
-	info.id = (*C.struct_rdma_cm_id)(unsafe.Pointer(e.ID.Cookie))
+	info.id = (*C.struct_rdma_cm_id)(e.ID.Cookie)
 	if e.Listen != nil {
-		info.listen_id = (*C.struct_rdma_cm_id)(unsafe.Pointer(e.Listen.Cookie))
+		info.listen_id = (*C.struct_rdma_cm_id)(e.Listen.Cookie)
 	}
 	info.owner = C.uintptr_t(e.Owner().Handle)
 	info.responder_resources = C.uint8_t(e.ResponderResources)
@@ -168,7 +168,7 @@ func goCMCreateID(chh C.uintptr_t, ps C.int, cookie unsafe.Pointer, h *C.uintptr
 	if err != nil {
 		return cmErrno(err)
 	}
-	id.Cookie = uintptr(cookie)
+	id.Cookie = cookie
 	id.Handle = uintptr(newHandle(id))
 	*h = C.uintptr_t(id.Handle)
 	return 0

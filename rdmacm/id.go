@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -67,7 +68,7 @@ const (
 
 // ID is a CM id.
 type ID struct {
-	Cookie uintptr // capi: the C struct rdma_cm_id
+	Cookie unsafe.Pointer // capi: the C struct rdma_cm_id (C memory)
 	Handle uintptr // capi: the handle of this id
 	PS     int
 	eng    Engine
