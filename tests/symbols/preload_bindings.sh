@@ -73,7 +73,7 @@ for spec in "$@"; do
       echo "FAIL: $name: $who's reference to $sym binds to $to, not libgoiwarp"
       fail=1
     else
-      notes+=("$who:$sym")
+      notes+=("$sym")
     fi
   done <"$tmp/bindings"
   # every imported name must have been bound (to us) in the log
@@ -84,7 +84,7 @@ for spec in "$@"; do
   fi
   checked+=("$name: $nbin bindings of the binary + $nlibs of libibverbs/librdmacm -> libgoiwarp.so (exit $rc)")
   if [[ ${#notes[@]} -gt 0 ]]; then
-    checked+=("    (${#notes[@]} names libgoiwarp does not define stay in the real libs: $(printf '%s ' "${notes[@]}" | cut -c1-200)...)")
+    checked+=("    (libibverbs/librdmacm's own references to ${#notes[@]} names libgoiwarp does not define stay there: $(printf '%s\n' "${notes[@]}" | sort -u | paste -sd' '))")
   fi
   echo "--- $name $args (first lines of its output under LD_PRELOAD):"
   head -8 "$tmp/out" | sed 's/^/    /'
