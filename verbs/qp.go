@@ -181,7 +181,9 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 		qp.mu.Unlock()
 		return unix.EINVAL
 	}
-	if cur == QPSReset && to == QPSInit && mask&(QPAttrAccessFlags|QPAttrPort|QPAttrPKeyIndex) != QPAttrAccessFlags|QPAttrPort|QPAttrPKeyIndex {
+	// RESET to INIT needs what iw_cm's INIT attributes carry: access and port
+	// (IB also wants a pkey index, which iWARP has no use for).
+	if cur == QPSReset && to == QPSInit && mask&(QPAttrAccessFlags|QPAttrPort) != QPAttrAccessFlags|QPAttrPort {
 		qp.mu.Unlock()
 		return unix.EINVAL
 	}
@@ -355,13 +357,16 @@ func (qp *QP) retireLocked() {
 			break
 		}
 		e := (*SQE)(r.entry(c))
-		if e.Flags&SendSignaled != 0 || qp.SigAll || res.status != WCSuccess {
-			qp.SendCQ.Push(&CQE{WRID: e.WRID, Status: res.status, Opcode: sendWCOpcode(e.Opcode),
-				ByteLen: res.byteLen, QPNum: qp.Num}, false)
-		}
+		signaled := e.Flags&SendSignaled != 0 || qp.SigAll || res.status != WCSuccess
+		cqe := CQE{WRID: e.WRID, Status: res.status, Opcode: sendWCOpcode(e.Opcode), ByteLen: res.byteLen, QPNum: qp.Num}
 		*res = sqResult{}
 		c++
+		// Free the slot before the CQE is visible: an application that posts
+		// as soon as it reaps a completion must find room.
 		r.setCons(c)
+		if signaled {
+			qp.SendCQ.Push(&cqe, false)
+		}
 	}
 }
 

@@ -241,9 +241,10 @@ func TestQPTransitions(t *testing.T) {
 			}
 		})
 	}
-	t.Run("init needs port, pkey and access", func(t *testing.T) {
+	t.Run("init needs port and access", func(t *testing.T) {
 		f := newFixture(t, 16, false)
-		assert.ErrorIs(t, f.qp.Modify(QPAttr{State: QPSInit}, QPAttrState), unix.EINVAL)
+		assert.ErrorIs(t, f.qp.Modify(QPAttr{State: QPSInit, PortNum: 1}, QPAttrState|QPAttrPort), unix.EINVAL)
+		assert.NoError(t, f.qp.Modify(QPAttr{State: QPSInit, PortNum: 1}, QPAttrState|QPAttrPort|QPAttrAccessFlags))
 	})
 	t.Run("ord above the device limit", func(t *testing.T) {
 		f := newFixture(t, 16, false)
