@@ -98,7 +98,7 @@ func cConstants() map[string]int64 {
 		"WCOpFetchAdd": C.IBV_WC_FETCH_ADD, "WCOpBindMW": C.IBV_WC_BIND_MW,
 		"WCOpLocalInv": C.IBV_WC_LOCAL_INV, "WCOpRecv": C.IBV_WC_RECV,
 		"WCOpRecvRDMAWImm": C.IBV_WC_RECV_RDMA_WITH_IMM,
-		"WCWithImm": C.IBV_WC_WITH_IMM, "WCWithInv": C.IBV_WC_WITH_INV,
+		"WCWithImm":        C.IBV_WC_WITH_IMM, "WCWithInv": C.IBV_WC_WITH_INV,
 
 		"AccessLocalWrite": C.IBV_ACCESS_LOCAL_WRITE, "AccessRemoteWrite": C.IBV_ACCESS_REMOTE_WRITE,
 		"AccessRemoteRead": C.IBV_ACCESS_REMOTE_READ, "AccessRemoteAtomic": C.IBV_ACCESS_REMOTE_ATOMIC,

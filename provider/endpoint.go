@@ -36,8 +36,8 @@ type Endpoint struct {
 	remote *net.TCPAddr
 
 	neg      negotiated
-	mulpdu   int // largest ULPDU we send
-	awaitRTR bool
+	mulpdu   int         // largest ULPDU we send
+	awaitRTR atomic.Bool // responder: not yet established
 
 	// dead: no more work is started or completed; the QP is in ERR (or
 	// being destroyed). Set under compMu.
@@ -178,7 +178,7 @@ func (e *Endpoint) start(neg negotiated) error {
 		e.mulpdu &^= 3
 	}
 	e.tx.init(e)
-	if !e.awaitRTR {
+	if !e.awaitRTR.Load() {
 		e.tx.ready = true
 	}
 	if neg.initiator && neg.rtr != 0 {
@@ -226,7 +226,9 @@ func (e *Endpoint) stopTxLoop() { e.quitOnce.Do(func() { close(e.quit) }) }
 
 // established is the responder's moment: the initiator's first FPDU arrived.
 func (e *Endpoint) established() {
-	e.awaitRTR = false
+	if !e.awaitRTR.CompareAndSwap(true, false) {
+		return
+	}
 	e.event(Event{Type: Established, Params: ConnParams{PrivateData: nil, IRD: e.neg.ird, ORD: e.neg.ord}})
 	e.tx.setReady()
 }
@@ -290,6 +292,10 @@ func (e *Endpoint) failEv(term *termInfo, err error, asyncEv int) {
 // then FIN. Both sides then see Disconnected, their QPs in ERR and flushed.
 // It is idempotent and does not fail when the peer already closed.
 func (e *Endpoint) Disconnect() {
+	if e.dead.Load() {
+		// Closed hard already (the QP was destroyed): its rings may be gone.
+		return
+	}
 	e.mu.Lock()
 	c := e.c
 	if c == nil || e.rc == nil {
@@ -311,8 +317,8 @@ func (e *Endpoint) Disconnect() {
 
 // Close is verbs.Transport.Close: graceful as Disconnect, or at once. A
 // hard Close returns when no goroutine of the endpoint touches the QP's
-// rings any more; it must not be called from the event callback's
-// goroutine while... (it may: the callback runs on its own goroutine).
+// rings any more; event callbacks run on their own goroutine, so they may
+// call it too.
 func (e *Endpoint) Close(graceful bool) {
 	if graceful {
 		e.Disconnect()

@@ -359,7 +359,7 @@ func (e *Endpoint) acceptInto(r *Request, p ConnParams) error {
 		err = syscall.ECONNABORTED
 	}
 	if err == nil {
-		e.awaitRTR = true
+		e.awaitRTR.Store(true)
 		err = e.start(neg)
 	}
 	if err != nil {
@@ -379,6 +379,13 @@ func (e *Endpoint) acceptInto(r *Request, p ConnParams) error {
 	if err != nil {
 		e.fail(nil, fmt.Errorf("MPA reply: %w", err))
 		return err
+	}
+	if neg.rtr == 0 {
+		// Without peer-to-peer RTR the responder may transmit as soon as its
+		// reply is out, and is established then: siw does the same, and
+		// applications whose server speaks first (ib_write_lat, ucmatose)
+		// depend on it.
+		e.established()
 	}
 	return nil
 }

@@ -272,7 +272,7 @@ func (rx *rxState) fpdu() (*termInfo, error) {
 	if rd.crcOn && binary.BigEndian.Uint32(tr[4:]) != rd.crc {
 		return rx.termFor(wire.ErrMPACRC, hl)
 	}
-	if e.awaitRTR {
+	if e.awaitRTR.Load() {
 		e.established()
 	}
 	return nil, rx.commit()
@@ -545,7 +545,7 @@ func (rx *rxState) untagged(n int) (*wire.Error, error) {
 		if cur.active || h.MSN != rx.msn[wire.QNSend] {
 			return errMSN, nil
 		}
-		if e.awaitRTR && e.neg.rtr == rtrSend && n == 0 && h.Last {
+		if e.awaitRTR.Load() && e.neg.rtr == rtrSend && n == 0 && h.Last {
 			rx.msn[wire.QNSend]++ // the zero-length Send RTR
 			return nil, nil
 		}

@@ -69,7 +69,7 @@ const (
 // ID is a CM id.
 type ID struct {
 	Cookie unsafe.Pointer // capi: the C struct rdma_cm_id (C memory)
-	Handle uintptr // capi: the handle of this id
+	Handle uintptr        // capi: the handle of this id
 	PS     int
 	eng    Engine
 
