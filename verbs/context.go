@@ -38,17 +38,26 @@ type Context struct {
 
 // Open opens a device.
 func Open(d *Device) (*Context, error) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+	r, w, err := eventPipe()
+	if err != nil {
 		return nil, err
 	}
-	// Events must never block the engine; a full pipe drops the event.
+	return &Context{Dev: d, asyncR: r, asyncW: w}, nil
+}
+
+// eventPipe makes the pipe behind an application-visible event fd. The
+// engine's write end never blocks: a full pipe drops the record.
+func eventPipe() (r, w int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return -1, -1, err
+	}
 	if err := unix.SetNonblock(p[1], true); err != nil {
 		unix.Close(p[0])
 		unix.Close(p[1])
-		return nil, err
+		return -1, -1, err
 	}
-	return &Context{Dev: d, asyncR: p[0], asyncW: p[1]}, nil
+	return p[0], p[1], nil
 }
 
 // AsyncFD is the read end handed to the application as context->async_fd.

@@ -17,16 +17,11 @@ type CompChannel struct {
 
 // NewCompChannel creates a completion channel.
 func NewCompChannel() (*CompChannel, error) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+	r, w, err := eventPipe()
+	if err != nil {
 		return nil, err
 	}
-	if err := unix.SetNonblock(p[1], true); err != nil {
-		unix.Close(p[0])
-		unix.Close(p[1])
-		return nil, err
-	}
-	return &CompChannel{r: p[0], w: p[1]}, nil
+	return &CompChannel{r: r, w: w}, nil
 }
 
 // FD is the application-visible fd of the channel.
