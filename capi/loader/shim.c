@@ -1,0 +1,135 @@
+/*
+ * libgoiwarp.so.1 -- the loader shim in front of the Go core (libgoiwarp-core.so.1).
+ *
+ * Why: a Go -buildmode=c-shared library starts the Go runtime (threads, sysmon,
+ * Ps) in a constructor at load time. fork() without exec keeps only the forking
+ * thread, so in the child the Go runtime is dead and every call into Go hangs.
+ * qperf's server forks a child per client before any RDMA call, and the child
+ * does all the RDMA work; so does any program that loads us and forks first.
+ *
+ * So the library programs load (-lgoiwarp, LD_PRELOAD) is this small C shim. It
+ * starts nothing: it exports exactly the core's public function names (the list
+ * is generated at build time from `nm -D` of the core, filtered by the version
+ * script's patterns: capi/loader/gen-symbols.sh), each one an assembly
+ * trampoline (trampolines.S) that loads its slot of goiwarp_loader_table and
+ * tail-jumps to it. While the slot is empty the trampoline saves every argument
+ * register, calls goiwarp_loader_resolve() below, restores them and jumps to
+ * what it returned; the arguments, the stack and the return address are the
+ * caller's, untouched, so any signature (varargs, stack arguments, struct
+ * returns) is forwarded. The resolver, once per process (pthread_once),
+ * dlopen()s the core -- first from the shim's own directory, else by soname on
+ * the normal search path -- RTLD_NOW|RTLD_LOCAL, and fills the whole table with
+ * dlsym(). A process that forks before its first RDMA call therefore starts a
+ * fresh Go runtime in the child (and another one in the parent if it calls too).
+ * A process that calls first and then forks is where it was before: the child
+ * must exec or not use RDMA.
+ *
+ * RTLD_LOCAL: the core's exports never enter the global scope, so the program's
+ * and libibverbs'/librdmacm's references (LD_PRELOAD) bind to the shim's names
+ * only; the core itself is linked -Bsymbolic by Go, so its internal calls stay
+ * inside it. Only functions are forwarded: the API has no data symbols and
+ * gen-symbols.sh fails the build if the core ever exports one.
+ *
+ * If the core cannot be loaded there is no sane return value for an arbitrary
+ * function: one line to stderr (dlerror) and abort().
+ *
+ * Load time does one thing: a constructor records the absolute directory of the
+ * shim (dladdr + realpath), so that a relative LD_PRELOAD path still finds the
+ * core after the program chdir()s. No threads, no Go.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "goiwarp_symbols.h" /* generated: GOIWARP_NSYMS, GIW_SYM(i, name) lines */
+
+#ifndef GOIWARP_CORE_SONAME
+#error "GOIWARP_CORE_SONAME must be defined (CMakeLists.txt)"
+#endif
+
+#define HIDDEN __attribute__((visibility("hidden")))
+
+/* Read by the trampolines: slot i is the core's address of name i, or NULL. */
+HIDDEN void *goiwarp_loader_table[GOIWARP_NSYMS];
+HIDDEN void *goiwarp_loader_resolve(unsigned idx);
+
+static const char *const names[GOIWARP_NSYMS] = {
+#define GIW_SYM(i, name) [i] = #name,
+#include "goiwarp_symbols.h"
+#undef GIW_SYM
+};
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static char shim_dir[PATH_MAX]; /* absolute, no trailing '/'; "" if unknown */
+
+static void shim_dir_of(char *dir, size_t len)
+{
+	Dl_info info;
+	char real[PATH_MAX];
+
+	dir[0] = '\0';
+	if (!dladdr((void *)&goiwarp_loader_resolve, &info) || !info.dli_fname ||
+	    !strchr(info.dli_fname, '/'))
+		return;
+	const char *path = realpath(info.dli_fname, real) ? real : info.dli_fname;
+	const char *slash = strrchr(path, '/');
+	size_t n = (size_t)(slash - path);
+	if (n >= len)
+		return;
+	memcpy(dir, path, n);
+	dir[n] = '\0';
+	if (n == 0) /* the shim sits in / */
+		strcpy(dir, "/.");
+}
+
+__attribute__((constructor)) static void shim_init(void)
+{
+	shim_dir_of(shim_dir, sizeof shim_dir);
+}
+
+static void load_core(void)
+{
+	char path[PATH_MAX + sizeof "/" GOIWARP_CORE_SONAME];
+	char first_err[PATH_MAX + 512] = "";
+	void *h = NULL;
+
+	if (!shim_dir[0]) /* constructor did not run (yet): try now */
+		shim_dir_of(shim_dir, sizeof shim_dir);
+	if (shim_dir[0]) {
+		snprintf(path, sizeof path, "%s/%s", shim_dir, GOIWARP_CORE_SONAME);
+		h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+		if (!h) {
+			const char *e = dlerror();
+			snprintf(first_err, sizeof first_err, "%s", e ? e : path);
+		}
+	}
+	if (!h)
+		h = dlopen(GOIWARP_CORE_SONAME, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *e = dlerror();
+		fprintf(stderr, "libgoiwarp: cannot load the Go core %s: %s%s%s\n", GOIWARP_CORE_SONAME,
+			e ? e : "unknown dlopen error", first_err[0] ? "; next to the shim: " : "", first_err);
+		abort();
+	}
+	for (unsigned i = 0; i < GOIWARP_NSYMS; i++) {
+		void *p = dlsym(h, names[i]);
+		if (!p) {
+			fprintf(stderr,
+				"libgoiwarp: the Go core %s does not define %s (shim and core from different builds?)\n",
+				GOIWARP_CORE_SONAME, names[i]);
+			abort();
+		}
+		/* release: a trampoline that sees the slot (aarch64: ldar) sees the loaded core */
+		__atomic_store_n(&goiwarp_loader_table[i], p, __ATOMIC_RELEASE);
+	}
+}
+
+void *goiwarp_loader_resolve(unsigned idx)
+{
+	pthread_once(&once, load_core);
+	return __atomic_load_n(&goiwarp_loader_table[idx], __ATOMIC_ACQUIRE);
+}
