@@ -149,7 +149,9 @@ func (m *canaryMem) check(t *testing.T, written bool) {
 	}
 }
 
-func (m *canaryMem) addr(off int) uint64 { return uint64(uintptr(unsafe.Pointer(&m.reg[0]))) + uint64(off) }
+func (m *canaryMem) addr(off int) uint64 {
+	return uint64(uintptr(unsafe.Pointer(&m.reg[0]))) + uint64(off)
+}
 
 // asyncEvent reads one record from the context's async fd (poll-bounded);
 // -1 when there is none.
