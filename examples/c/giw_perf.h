@@ -225,7 +225,9 @@ static inline void giw_bw_client_phase(struct giw_ctx *x, const struct giw_opts 
 			fprintf(stderr, "%s: %llu bytes: %.0f s, %llu messages, %.2f MiB/sec\n", giw_prog,
 				(unsigned long long)size, t - t0, (unsigned long long)done,
 				(double)done * (double)size / (t - t0) / 1048576.0);
-			tprog += 1;
+			while (tprog <= t)
+				while (tprog <= t)
+					tprog += 1;
 		}
 		giw_cm_check(x, t);
 	}
@@ -351,7 +353,9 @@ static inline void giw_lat_phase(struct giw_ctx *x, const struct giw_opts *o, ui
 			if (t >= tprog && (o->duration || t - t0 >= 2)) {
 				fprintf(stderr, "%s: %llu bytes: %.0f s, %llu iterations\n", giw_prog,
 					(unsigned long long)size, t - t0, (unsigned long long)i);
-				tprog += 1;
+				while (tprog <= t)
+				while (tprog <= t)
+					tprog += 1;
 			}
 		}
 		i++;
