@@ -18,12 +18,13 @@
 # CORE exports a data symbol (a trampoline can only forward calls) or anything
 # the version script does not allow (the Go runtime must stay local).
 set -euo pipefail
+export LC_ALL=C
 core=${1:?usage: gen-symbols.sh CORE MAP OUT}
 map=${2:?usage: gen-symbols.sh CORE MAP OUT}
 out=${3:?usage: gen-symbols.sh CORE MAP OUT}
 
 # global: patterns of the map -> one anchored ERE (glob * -> .*)
-re=$(sed 's,/\*.*\*/,,; s,//.*,,' "$map" |
+re=$(perl -0777 -pe 's{/\*.*?\*/}{}gs; s{//[^\n]*}{}g; s/#[^\n]*//g' "$map" |
   awk '/global:/ { on = 1; next } /local:/ { on = 0 } on' |
   tr -s ' \t;' '\n' | grep -E '^[A-Za-z0-9_*]+$' |
   sed 's/\*/.*/g; s/.*/^&$/' | paste -sd'|')
