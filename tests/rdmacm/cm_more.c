@@ -1,0 +1,329 @@
+/* More C tests of the librdmacm ABI of libgoiwarp: cm_more <case>.
+ *   mpa_timeout  a peer that accepts TCP but never answers MPA: UNREACHABLE, bounded
+ *   many         100 concurrent connects on one channel, O_NONBLOCK + poll()
+ *   disc_both    rdma_disconnect from both sides at once: both DISCONNECTED, no error
+ * Listeners use ports in 24100-24199. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+
+#define CHECK(c)                                                                      \
+	do {                                                                          \
+		if (!(c)) {                                                           \
+			fprintf(stderr, "%s:%d: %s failed (errno %d %s)\n", __FILE__, \
+				__LINE__, #c, errno, strerror(errno));                \
+			exit(1);                                                      \
+		}                                                                     \
+	} while (0)
+
+static double now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* Bounded wait for one event of type t on ch. */
+static struct rdma_cm_event *expect_within(struct rdma_event_channel *ch, enum rdma_cm_event_type t,
+					   int ms)
+{
+	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+	struct rdma_cm_event *e;
+
+	if (poll(&p, 1, ms) != 1) {
+		fprintf(stderr, "no %s within %d ms\n", rdma_event_str(t), ms);
+		exit(1);
+	}
+	CHECK(rdma_get_cm_event(ch, &e) == 0);
+	if (e->event != t) {
+		fprintf(stderr, "got %s (status %d), want %s\n", rdma_event_str(e->event), e->status,
+			rdma_event_str(t));
+		exit(1);
+	}
+	return e;
+}
+
+static void sin_of(int port, struct sockaddr_in *sa)
+{
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family = AF_INET;
+	sa->sin_port = htons(port);
+	sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+}
+
+/* An rdma listener on the first free port of [base, base+20). */
+static int listen_range(struct rdma_event_channel *ch, int base, int backlog, void *ctx,
+			struct rdma_cm_id **lid)
+{
+	for (int port = base; port < base + 20; port++) {
+		struct sockaddr_in sa;
+
+		sin_of(port, &sa);
+		CHECK(rdma_create_id(ch, lid, ctx, RDMA_PS_TCP) == 0);
+		if (rdma_bind_addr(*lid, (struct sockaddr *)&sa) == 0 && rdma_listen(*lid, backlog) == 0)
+			return port;
+		rdma_destroy_id(*lid);
+	}
+	fprintf(stderr, "no free port in [%d, %d)\n", base, base + 20);
+	exit(1);
+}
+
+static void make_qp(struct rdma_cm_id *id)
+{
+	struct ibv_qp_init_attr a = {.cap = {.max_send_wr = 4, .max_recv_wr = 4,
+					     .max_send_sge = 1, .max_recv_sge = 1},
+				     .qp_type = IBV_QPT_RC};
+
+	CHECK(id->verbs != NULL);
+	CHECK(rdma_create_qp(id, NULL, &a) == 0);
+}
+
+static struct rdma_cm_id *resolve_sync(struct rdma_event_channel *ch, int port)
+{
+	struct sockaddr_in sa;
+	struct rdma_cm_id *id;
+
+	sin_of(port, &sa);
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sa, 2000) == 0);
+	rdma_ack_cm_event(expect_within(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 5000));
+	CHECK(rdma_resolve_route(id, 2000) == 0);
+	rdma_ack_cm_event(expect_within(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 5000));
+	return id;
+}
+
+/* GOIWARP_MPA_TIMEOUT is set to 500ms in main before the library is used
+ * (and by ctest's ENVIRONMENT). */
+static int t_mpa_timeout(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_event *e;
+	struct rdma_cm_id *id;
+	struct sockaddr_in sa;
+	int s = socket(AF_INET, SOCK_STREAM, 0), port, one = 1;
+	double t0, dt;
+
+	CHECK(s >= 0);
+	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	for (port = 24100; port < 24120; port++) {
+		sin_of(port, &sa);
+		if (bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			break;
+	}
+	CHECK(port < 24120);
+	CHECK(listen(s, 4) == 0); /* the kernel completes the handshake; nobody ever answers */
+	id = resolve_sync(ch, port);
+	make_qp(id);
+	t0 = now_ms();
+	CHECK(rdma_connect(id, NULL) == 0);
+	e = expect_within(ch, RDMA_CM_EVENT_UNREACHABLE, 5000);
+	dt = now_ms() - t0;
+	fprintf(stderr, "UNREACHABLE after %.0f ms, status %d\n", dt, e->status);
+	CHECK(e->status < 0);
+	CHECK(dt >= 300 && dt < 3000);
+	rdma_ack_cm_event(e);
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	close(s);
+	return 0;
+}
+
+#define NCONN 100
+static int SRV, CLI;
+
+static int t_many(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *lid, *cli[NCONN], *srv[NCONN];
+	struct sockaddr_in sa;
+	int port, nsrv = 0, cli_est = 0, srv_est = 0, cli_disc = 0, srv_disc = 0;
+	double deadline = now_ms() + 60000;
+
+	CHECK(ch);
+	CHECK(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
+	port = listen_range(ch, 24120, NCONN, &SRV, &lid);
+	sin_of(port, &sa);
+	for (int i = 0; i < NCONN; i++) {
+		CHECK(rdma_create_id(ch, &cli[i], &CLI, RDMA_PS_TCP) == 0);
+		CHECK(rdma_resolve_addr(cli[i], NULL, (struct sockaddr *)&sa, 5000) == 0);
+	}
+	while (cli_est < NCONN || srv_est < NCONN) {
+		struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+		struct rdma_cm_event *e;
+		int r = poll(&p, 1, 1000);
+
+		CHECK(r >= 0);
+		if (now_ms() > deadline) {
+			fprintf(stderr, "timeout: %d client and %d server ESTABLISHED\n", cli_est, srv_est);
+			return 1;
+		}
+		while (rdma_get_cm_event(ch, &e) == 0) {
+			struct rdma_cm_id *id = e->id;
+
+			switch (e->event) {
+			case RDMA_CM_EVENT_ADDR_RESOLVED:
+				CHECK(id->context == &CLI);
+				CHECK(rdma_resolve_route(id, 5000) == 0);
+				break;
+			case RDMA_CM_EVENT_ROUTE_RESOLVED:
+				make_qp(id);
+				CHECK(rdma_connect(id, NULL) == 0);
+				break;
+			case RDMA_CM_EVENT_CONNECT_REQUEST:
+				CHECK(e->listen_id == lid && id->context == &SRV && nsrv < NCONN);
+				srv[nsrv++] = id;
+				make_qp(id);
+				CHECK(rdma_accept(id, NULL) == 0);
+				break;
+			case RDMA_CM_EVENT_ESTABLISHED:
+				if (id->context == &CLI)
+					cli_est++;
+				else
+					srv_est++;
+				break;
+			default:
+				fprintf(stderr, "unexpected %s (status %d)\n", rdma_event_str(e->event),
+					e->status);
+				return 1;
+			}
+			rdma_ack_cm_event(e);
+		}
+		CHECK(errno == EAGAIN);
+	}
+	CHECK(nsrv == NCONN);
+	for (int i = 0; i < NCONN; i++)
+		CHECK(rdma_disconnect(cli[i]) == 0);
+	while (cli_disc < NCONN || srv_disc < NCONN) {
+		struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+		struct rdma_cm_event *e;
+
+		CHECK(poll(&p, 1, 1000) >= 0);
+		if (now_ms() > deadline) {
+			fprintf(stderr, "timeout: %d client and %d server DISCONNECTED\n", cli_disc, srv_disc);
+			return 1;
+		}
+		while (rdma_get_cm_event(ch, &e) == 0) {
+			CHECK(e->event == RDMA_CM_EVENT_DISCONNECTED);
+			if (e->id->context == &CLI)
+				cli_disc++;
+			else
+				srv_disc++;
+			rdma_ack_cm_event(e);
+		}
+		CHECK(errno == EAGAIN);
+	}
+	for (int i = 0; i < NCONN; i++) {
+		rdma_destroy_qp(cli[i]);
+		CHECK(rdma_destroy_id(cli[i]) == 0);
+		rdma_destroy_qp(srv[i]);
+		CHECK(rdma_destroy_id(srv[i]) == 0);
+	}
+	CHECK(rdma_destroy_id(lid) == 0);
+	rdma_destroy_event_channel(ch);
+	return 0;
+}
+
+static pthread_barrier_t disc_bar;
+struct disc_arg {
+	struct rdma_cm_id *id;
+	int rc, err;
+};
+
+static void *disc_now(void *p)
+{
+	struct disc_arg *a = p;
+
+	pthread_barrier_wait(&disc_bar);
+	a->rc = rdma_disconnect(a->id);
+	a->err = errno;
+	return NULL;
+}
+
+static int t_disc_both(void)
+{
+	for (int round = 0; round < 10; round++) {
+		struct rdma_event_channel *sch = rdma_create_event_channel(),
+					  *cch = rdma_create_event_channel();
+		struct rdma_cm_id *lid, *cid, *sid;
+		struct rdma_cm_event *e;
+		struct disc_arg a, b;
+		pthread_t ta, tb;
+		int port = listen_range(sch, 24140, 4, NULL, &lid);
+
+		cid = resolve_sync(cch, port);
+		make_qp(cid);
+		CHECK(rdma_connect(cid, NULL) == 0);
+		e = expect_within(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 5000);
+		sid = e->id;
+		rdma_ack_cm_event(e);
+		make_qp(sid);
+		CHECK(rdma_accept(sid, NULL) == 0);
+		rdma_ack_cm_event(expect_within(cch, RDMA_CM_EVENT_ESTABLISHED, 5000));
+		rdma_ack_cm_event(expect_within(sch, RDMA_CM_EVENT_ESTABLISHED, 5000));
+
+		pthread_barrier_init(&disc_bar, NULL, 2);
+		a = (struct disc_arg){.id = cid};
+		b = (struct disc_arg){.id = sid};
+		pthread_create(&ta, NULL, disc_now, &a);
+		pthread_create(&tb, NULL, disc_now, &b);
+		pthread_join(ta, NULL);
+		pthread_join(tb, NULL);
+		pthread_barrier_destroy(&disc_bar);
+		if (a.rc != 0 || b.rc != 0) {
+			fprintf(stderr, "round %d: rdma_disconnect: client %d (%s), server %d (%s)\n", round,
+				a.rc, strerror(a.err), b.rc, strerror(b.err));
+			return 1;
+		}
+		e = expect_within(cch, RDMA_CM_EVENT_DISCONNECTED, 10000);
+		CHECK(e->status == 0);
+		rdma_ack_cm_event(e);
+		e = expect_within(sch, RDMA_CM_EVENT_DISCONNECTED, 10000);
+		CHECK(e->status == 0);
+		rdma_ack_cm_event(e);
+		/* exactly one DISCONNECTED each */
+		{
+			struct pollfd p[2] = {{.fd = cch->fd, .events = POLLIN}, {.fd = sch->fd, .events = POLLIN}};
+
+			CHECK(poll(p, 2, 200) == 0);
+		}
+		CHECK(rdma_disconnect(cid) == 0 && rdma_disconnect(sid) == 0);
+		rdma_destroy_qp(cid);
+		rdma_destroy_qp(sid);
+		CHECK(rdma_destroy_id(cid) == 0);
+		CHECK(rdma_destroy_id(sid) == 0);
+		CHECK(rdma_destroy_id(lid) == 0);
+		rdma_destroy_event_channel(sch);
+		rdma_destroy_event_channel(cch);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *c = argc > 1 ? argv[1] : "";
+
+	if (!strcmp(c, "mpa_timeout")) {
+		setenv("GOIWARP_MPA_TIMEOUT", "500ms", 1); /* before the first use of the library */
+		return t_mpa_timeout();
+	}
+	if (!strcmp(c, "many"))
+		return t_many();
+	if (!strcmp(c, "disc_both"))
+		return t_disc_both();
+	fprintf(stderr, "usage: cm_more mpa_timeout | many | disc_both\n");
+	return 2;
+}
