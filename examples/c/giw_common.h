@@ -452,6 +452,16 @@ static inline void giw_client_connect(struct giw_ctx *x, int idx, const char *ho
 	freeaddrinfo(res);
 }
 
+/* A completion of a QP we destroyed (a connect attempt that was refused):
+ * goiwarp leaves the flushed receives of a destroyed QP in the CQ. */
+static inline int giw_stale(struct giw_ctx *x, const struct ibv_wc *wc)
+{
+	for (int i = 0; i < x->nconn; i++)
+		if (x->conns[i].qp && x->conns[i].qp->qp_num == wc->qp_num)
+			return 0;
+	return 1;
+}
+
 /* Retires completions of the send CQ; data WRs update ccnt from their wr_id,
  * control writes ctrl_out. Any error status is fatal. */
 static inline int giw_poll_send(struct giw_ctx *x)
@@ -463,6 +473,8 @@ static inline int giw_poll_send(struct giw_ctx *x)
 	for (int i = 0; i < n; i++) {
 		uint64_t id = wc[i].wr_id;
 		int idx = (int)((id >> 48) & 0x7fff);
+		if (giw_stale(x, &wc[i]))
+			continue;
 		if (idx >= x->nconn)
 			giw_die("send CQ: bad wr_id %#llx", (unsigned long long)id);
 		if (wc[i].status == IBV_WC_WR_FLUSH_ERR && x->closing && (id & GIW_CTRL_TAG)) {

@@ -146,6 +146,8 @@ static inline void giw_rx_progress(struct giw_ctx *x, const struct giw_opts *o)
 		giw_die("ibv_poll_cq(recv): %d", n);
 	for (int i = 0; i < n; i++) {
 		int idx = (int)((wc[i].wr_id >> 48) & 0x7fff);
+		if (giw_stale(x, &wc[i]))
+			continue;
 		if (wc[i].status != IBV_WC_SUCCESS)
 			giw_die("recv CQ: completion error on QP %d: %s (status %d, vendor_err %#x)", idx,
 				ibv_wc_status_str(wc[i].status), wc[i].status, wc[i].vendor_err);
@@ -206,7 +208,7 @@ static inline void giw_bw_client_phase(struct giw_ctx *x, const struct giw_opts 
 			for (int i = 0; i < x->nconn; i++)
 				done += x->conns[i].ccnt - base[i];
 			tlast = t;
-			if (t - tsample >= 0.01) {
+			if (t - tsample >= 0.1) {
 				double bw = (double)(done - dsample) * (double)size / (t - tsample);
 				if (bw > peak)
 					peak = bw;
@@ -319,7 +321,7 @@ static inline int giw_lat_recv(struct giw_ctx *x, const struct giw_opts *o)
 	int n = ibv_poll_cq(x->rcq, 1, &wc);
 	if (n < 0)
 		giw_die("ibv_poll_cq(recv): %d", n);
-	if (n == 0)
+	if (n == 0 || giw_stale(x, &wc))
 		return 0;
 	if (wc.status != IBV_WC_SUCCESS)
 		giw_die("recv CQ: completion error: %s (status %d, vendor_err %#x)", ibv_wc_status_str(wc.status),

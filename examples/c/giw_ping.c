@@ -77,7 +77,7 @@ static int poll_msg(struct giw_ctx *x, uint64_t *iter)
 	int n = ibv_poll_cq(x->rcq, 1, &wc);
 	if (n < 0)
 		giw_die("ibv_poll_cq(recv): %d", n);
-	if (n == 0)
+	if (n == 0 || giw_stale(x, &wc))
 		return 0;
 	if (wc.status != IBV_WC_SUCCESS)
 		giw_die("recv CQ: completion error: %s (status %d, vendor_err %#x)", ibv_wc_status_str(wc.status),
