@@ -171,7 +171,15 @@ struct giw_ctx {
 	struct giw_conn *conns;
 	double last_cm_check;
 	int closing; /* teardown: flushed control writes are expected */
+	int last_status; /* status of the last CM event giw_cm_wait returned as bad */
 };
+
+static inline const char *giw_test_name(unsigned id)
+{
+	static const char *names[] = {"?", "giw_write_bw", "giw_write_lat", "giw_read_bw", "giw_read_lat",
+				      "giw_send_bw", "giw_send_lat", "?", "?", "?", "giw_ping"};
+	return id < sizeof(names) / sizeof(names[0]) ? names[id] : "?";
+}
 
 static inline uint64_t giw_wrid(int idx, uint64_t cnt) { return ((uint64_t)idx << 48) | cnt; }
 
@@ -214,11 +222,15 @@ static inline int giw_cm_wait(struct giw_ctx *x, enum rdma_cm_event_type want, s
 		rdma_ack_cm_event(ev);
 		return 0;
 	}
+	/* a giw server's own reject carries "giw!" */
+	int ours = t == RDMA_CM_EVENT_REJECTED && ev->param.conn.private_data &&
+		   ev->param.conn.private_data_len >= 4 && memcmp(ev->param.conn.private_data, "giw!", 4) == 0;
 	rdma_ack_cm_event(ev);
 	if (bad && (t == RDMA_CM_EVENT_REJECTED || t == RDMA_CM_EVENT_UNREACHABLE ||
 		    t == RDMA_CM_EVENT_CONNECT_ERROR || t == RDMA_CM_EVENT_ADDR_ERROR ||
 		    t == RDMA_CM_EVENT_ROUTE_ERROR)) {
 		*bad = t;
+		x->last_status = ours ? 1 : status;
 		return -1;
 	}
 	giw_die("waiting for %s got %s (status %d%s%s)", rdma_event_str(want), rdma_event_str(t), status,
@@ -338,8 +350,8 @@ static inline void giw_check_info(const struct giw_info *p, uint8_t test)
 	if (p->magic != GIW_MAGIC || p->version != GIW_VERSION)
 		giw_die("peer is not a giw_* program of this version (magic %#x version %u)", p->magic, p->version);
 	if (p->test != test)
-		giw_die("peer runs a different test (id %u, we are %u): start the same program on both ends",
-			p->test, test);
+		giw_die("peer runs %s, we are %s: start the same program on both ends", giw_test_name(p->test),
+			giw_test_name(test));
 }
 
 static inline void giw_server_listen(struct giw_ctx *x, int backlog)
@@ -374,7 +386,7 @@ static inline struct rdma_cm_id *giw_server_request(struct giw_ctx *x, struct gi
 	size_t n = ev->param.conn.private_data_len;
 	if (!ev->param.conn.private_data || n < sizeof(w)) {
 		rdma_ack_cm_event(ev);
-		rdma_reject(id, NULL, 0);
+		rdma_reject(id, "giw!", 4);
 		giw_die("connect request without giw private data (%zu bytes): peer is not a giw_* program", n);
 	}
 	memcpy(&w, ev->param.conn.private_data, sizeof(w));
@@ -445,8 +457,12 @@ static inline void giw_client_connect(struct giw_ctx *x, int idx, const char *ho
 		if (rdma_destroy_id(c->id))
 			giw_die("rdma_destroy_id: %s", strerror(errno));
 		c->id = NULL;
+		if (bad == RDMA_CM_EVENT_REJECTED && x->last_status == 1)
+			giw_die("connecting to %s port %d: the server rejected us: is it a %s server?", host, x->port,
+				giw_test_name(test));
 		if (idx > 0 || tries >= GIW_CONNECT_TRIES)
-			giw_die("connecting to %s port %d: %s (%d tries)", host, x->port, rdma_event_str(bad), tries);
+			giw_die("connecting to %s port %d: %s, status %d (%d tries in %.1f s)", host, x->port,
+				rdma_event_str(bad), x->last_status, tries, GIW_CONNECT_TRIES * 0.1);
 		usleep(100000);
 	}
 	freeaddrinfo(res);

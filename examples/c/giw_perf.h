@@ -519,7 +519,7 @@ static inline int giw_perf_main(int argc, char **argv, enum giw_op op, enum giw_
 		struct giw_info peer;
 		struct rdma_cm_id *id = giw_server_request(&x, &peer);
 		if (peer.magic != GIW_MAGIC || peer.version != GIW_VERSION || peer.test != giw_test_id(&o)) {
-			rdma_reject(id, NULL, 0);
+			rdma_reject(id, "giw!", 4);
 			giw_check_info(&peer, giw_test_id(&o));
 		}
 		/* The client's test options rule. */

@@ -196,7 +196,7 @@ int main(int argc, char **argv)
 		struct giw_info peer;
 		struct rdma_cm_id *id = giw_server_request(&x, &peer);
 		if (peer.magic != GIW_MAGIC || peer.version != GIW_VERSION || peer.test != PING_TEST) {
-			rdma_reject(id, NULL, 0);
+			rdma_reject(id, "giw!", 4);
 			giw_check_info(&peer, PING_TEST);
 		}
 		size = peer.size;
