@@ -27,6 +27,9 @@ type Endpoint struct {
 	pd  *verbs.PD
 	pol *Policy
 	cb  func(Event)
+	ctr *Counters // the device's; nil without a device (tests)
+
+	ctrLive atomic.Bool // counted in ctr's live connections
 
 	mu     sync.Mutex
 	c      *net.TCPConn
@@ -72,6 +75,9 @@ func newEndpoint(qp *verbs.QP, cb func(Event), pol *Policy) *Endpoint {
 		rxDone: make(chan struct{}), txDone: make(chan struct{})}
 	if qp != nil {
 		e.pd = qp.PD
+		if qp.Ctx != nil && qp.Ctx.Dev != nil {
+			e.ctr = DeviceCounters(qp.Ctx.Dev.Name)
+		}
 	}
 	return e
 }
@@ -99,6 +105,9 @@ func (e *Endpoint) setSocket(c *net.TCPConn) bool {
 // event queues ev for the callback; events are delivered in order from one
 // goroutine at a time. Nothing follows a terminal event.
 func (e *Endpoint) event(ev Event) {
+	if ev.Type == Disconnected && e.ctrLive.CompareAndSwap(true, false) {
+		e.ctr.connDown(e)
+	}
 	e.evMu.Lock()
 	if e.evEnded {
 		e.evMu.Unlock()
@@ -186,12 +195,22 @@ func (e *Endpoint) start(neg negotiated) error {
 			return err
 		}
 	}
+	// Counted before anything can report Disconnected (which uncounts it).
+	if e.ctr != nil {
+		e.ctrLive.Store(true)
+		e.ctr.connUp(e)
+	}
 	go e.txLoop()
 	if err := e.qp.Attach(e, neg.ird, neg.ord); err != nil {
 		e.stopTxLoop()
 		<-e.txDone
+		if e.ctrLive.CompareAndSwap(true, false) {
+			e.ctr.connFailed(e)
+		}
 		return err
 	}
+	Debugf("qp %d: RTS %v -> %v (rev %d, crc %v, markers tx %v rx %v, ird %d ord %d)",
+		e.qp.Num, e.local, e.remote, neg.rev, neg.crc, neg.mkTx, neg.mkRx, neg.ird, neg.ord)
 	return nil
 }
 
@@ -219,6 +238,9 @@ func (e *Endpoint) sendRTR() error {
 	n += pad
 	frame := e.tx.frameOne(b[:n], b[n:n+4+8])
 	_, err := e.c.Write(frame)
+	if err == nil {
+		e.ctr.AddTx(1, uint64(len(frame)))
+	}
 	return err
 }
 
@@ -352,3 +374,7 @@ func (e *Endpoint) quiesce() {
 	e.tx.dropAll()
 	e.event(Event{Type: Disconnected})
 }
+
+// MPARevision is the MPA revision the exchange settled on (1 or 2); valid
+// once Established was delivered.
+func (e *Endpoint) MPARevision() int { return e.neg.rev }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"syscall"
 	"time"
@@ -286,7 +285,7 @@ func (l *Listener) handshake(c *net.TCPConn) {
 		v2, has, user, err = splitPrivateData(f, pd, &l.pol)
 	}
 	if err != nil {
-		log.Printf("goiwarp: dropping connection from %v: MPA request: %v", c.RemoteAddr(), err)
+		Warnf("dropping connection from %v: MPA request: %v", c.RemoteAddr(), err)
 		c.Close()
 		return
 	}
@@ -411,7 +410,8 @@ func (r *Request) Reject(privateData []byte) error {
 // streaming mode until now, then moves qp to RTS: goiwarp's socket-to-RDMA
 // extension. The side with initiator=true sends the MPA request; the other
 // reads it and accepts with p. Like Connect, it returns at once and reports
-// through cb.
+// through cb. On both sides Established carries the peer's private data
+// (the responder's: the request's) and the negotiated IRD/ORD.
 func AttachSocket(qp *verbs.QP, c *net.TCPConn, initiator bool, p ConnParams, timeout time.Duration, cb func(Event)) (*Endpoint, error) {
 	pol := PolicyFromEnv()
 	return attachSocketPolicy(qp, c, initiator, p, timeout, cb, &pol)
@@ -431,7 +431,17 @@ func attachSocketPolicy(qp *verbs.QP, c *net.TCPConn, initiator bool, p ConnPara
 	}
 	// Responder: read the request synchronously-bounded in a goroutine and
 	// accept it; the endpoint the caller holds is the accepted one.
-	e := newEndpoint(qp, cb, pol)
+	// Established reports the request's private data, set before it is queued.
+	var reqPD []byte
+	if cb == nil {
+		cb = func(Event) {}
+	}
+	e := newEndpoint(qp, func(ev Event) {
+		if ev.Type == Established && ev.Params.PrivateData == nil {
+			ev.Params.PrivateData = reqPD
+		}
+		cb(ev)
+	}, pol)
 	go func() {
 		if !e.setSocket(c) {
 			c.Close()
@@ -452,6 +462,7 @@ func attachSocketPolicy(qp *verbs.QP, c *net.TCPConn, initiator bool, p ConnPara
 			e.finishFailed()
 			return
 		}
+		reqPD = user
 		r := &Request{c: c, f: f, v2: v2, hasV2: has, pol: pol, Params: ConnParams{PrivateData: user}}
 		if err := e.acceptInto(r, p); err != nil {
 			e.event(Event{Type: ConnectError, Err: err})

@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"log"
 	"os"
 	"strconv"
 	"strings"
@@ -69,7 +68,7 @@ func PolicyFromEnv() Policy {
 	env := func(name string, parse func(string) bool) {
 		if v, ok := os.LookupEnv(name); ok && strings.TrimSpace(v) != "" {
 			if !parse(strings.TrimSpace(strings.ToLower(v))) {
-				log.Printf("goiwarp: ignoring %s=%q", name, v)
+				Warnf("ignoring %s=%q", name, v)
 			}
 		}
 	}
