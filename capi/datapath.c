@@ -1,8 +1,9 @@
 /* The fast path: post_send/post_recv/post_srq_recv, poll_cq/req_notify_cq,
  * the ibv_wr_* builders and the ibv_cq_ex poll ops, all over the rings of
  * giw_ring.h. The only calls into Go are the send doorbell (when the engine
- * is idle the posting thread transmits) and the flush of receives posted to
- * a QP in ERR. */
+ * is idle the posting thread transmits), the progress hook of a poll that
+ * found its CQ empty (the polling thread reads the sockets of the CQ's QPs)
+ * and the flush of receives posted to a QP in ERR. */
 #include <string.h>
 
 #include "capi.h"
@@ -253,13 +254,10 @@ static void cqe_to_wc(const struct giw_cqe *e, struct ibv_wc *wc)
 	wc->dlid_path_bits = 0;
 }
 
-int gcapi_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+static int poll_ring(struct gcapi_cq *c, int n, struct ibv_wc *wc, uint32_t *active)
 {
-	struct gcapi_cq *c = gcapi_cq(cq);
 	int i = 0;
 
-	if (n <= 0)
-		return n < 0 ? -1 : 0;
 	pthread_spin_lock(&c->lock);
 	struct giw_ring *r = c->ring;
 	uint32_t cons = r->cons, prod = LOAD_ACQ(&r->prod);
@@ -267,7 +265,26 @@ int gcapi_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		cqe_to_wc(GIW_RING_ENTRY(r, cons), &wc[i]);
 	if (i)
 		STORE_REL(&r->cons, cons);
+	else
+		*active = __atomic_load_n(&r->active, __ATOMIC_RELAXED);
 	pthread_spin_unlock(&c->lock);
+	return i;
+}
+
+/* Progress belongs to whoever is spinning: an empty poll lets the CQ's
+ * connected QPs read their sockets (non-blocking) on this thread, one call
+ * into Go, and polls again if that produced anything. */
+int gcapi_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	struct gcapi_cq *c = gcapi_cq(cq);
+	uint32_t active = 0;
+	int i;
+
+	if (n <= 0)
+		return n < 0 ? -1 : 0;
+	i = poll_ring(c, n, wc, &active);
+	if (i == 0 && active && goVerbsCQProgress(c->h))
+		i = poll_ring(c, n, wc, &active);
 	return i;
 }
 
@@ -311,8 +328,16 @@ static int cqx_start_poll(struct ibv_cq_ex *cq, struct ibv_poll_cq_attr *attr)
 		return EINVAL;
 	pthread_spin_lock(&c->lock);
 	e = cqx_take(c);
-	if (e)
+	if (e) {
+		uint32_t active = __atomic_load_n(&c->ring->active, __ATOMIC_RELAXED);
 		pthread_spin_unlock(&c->lock);
+		if (!active || !goVerbsCQProgress(c->h))
+			return e;
+		pthread_spin_lock(&c->lock);
+		e = cqx_take(c);
+		if (e)
+			pthread_spin_unlock(&c->lock);
+	}
 	return e;
 }
 

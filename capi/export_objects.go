@@ -222,6 +222,18 @@ func goVerbsQPDoorbell(h C.uintptr_t) {
 	}
 }
 
+// goVerbsCQProgress: poll_cq found the CQ empty while connected QPs complete
+// into it; they make non-blocking progress on this thread. Nonzero when
+// anything happened (the caller polls the ring again).
+//
+//export goVerbsCQProgress
+func goVerbsCQProgress(h C.uintptr_t) C.int {
+	if cq := handleValue[*verbs.CQ](h); cq != nil && cq.Progress() {
+		return 1
+	}
+	return 0
+}
+
 // goVerbsQPRecvDoorbell: post_recv published work on a QP in ERR.
 //
 //export goVerbsQPRecvDoorbell

@@ -85,7 +85,10 @@ struct giw_ring {
 	uint32_t state;
 	/* CQ rings: set once the ring overflowed. */
 	uint32_t overflow;
-	uint8_t pad2[40];
+	/* CQ rings: number of connected QPs completing into this CQ; while it is
+	 * nonzero poll_cq calls the engine's progress hook when it finds the CQ empty. */
+	uint32_t active;
+	uint8_t pad2[36];
 	/* entries follow at offset 192 */
 };
 

@@ -69,6 +69,7 @@ func cRingLayout() map[string]fieldLayout {
 		"ringHdr.Notify":    {unsafe.Offsetof(r.notify), unsafe.Sizeof(r.notify)},
 		"ringHdr.State":     {unsafe.Offsetof(r.state), unsafe.Sizeof(r.state)},
 		"ringHdr.Overflow":  {unsafe.Offsetof(r.overflow), unsafe.Sizeof(r.overflow)},
+		"ringHdr.Active":    {unsafe.Offsetof(r.active), unsafe.Sizeof(r.active)},
 	}
 }
 

@@ -55,6 +55,7 @@ type Endpoint struct {
 	quit     chan struct{}
 	quitOnce sync.Once
 	rxDone   chan struct{}
+	rx       atomic.Pointer[rxState] // set once the receive path runs
 	txDone   chan struct{}
 
 	evMu      sync.Mutex

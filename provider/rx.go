@@ -4,24 +4,34 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/goiwarp/goiwarp/provider/wire"
 	"github.com/goiwarp/goiwarp/verbs"
+	"golang.org/x/sys/unix"
 )
 
-// Receive side: one goroutine per connected QP reads FPDUs (length, header,
-// payload, pad, CRC) and places payload straight from the socket into
-// registered memory; headers go through a small buffer. Completions are
-// written from this goroutine, after the FPDU's CRC was checked.
+// Receive side: a resumable state machine (header → payload → trailer) that
+// reads the socket without blocking and places payload straight from the
+// socket into registered memory; headers go through a small buffer that also
+// catches what follows a payload read (readv), so a stream of FPDUs costs
+// about one read(2) per FPDU. Completions are written after the FPDU's CRC
+// was checked.
+//
+// Only the holder of the RX token (rxState.tok) reads the socket: the RX
+// goroutine, which waits for readability on the netpoller, or a thread
+// polling a CQ of the QP (Endpoint.Progress), which never waits. Whoever
+// holds the token reads until the socket is empty (EAGAIN), so no edge of
+// readability is lost between them. All of the state below, the carry-over
+// buffer included, belongs to the token.
 
 // rxReader is the MPA stream: buffered header reads, direct payload reads,
 // marker removal and CRC summing.
 type rxReader struct {
-	c      *net.TCPConn
+	fd     int // valid while the token holder has a reference on the socket
 	buf    []byte
 	r, w   int
 	crcOn  bool
@@ -29,73 +39,140 @@ type rxReader struct {
 	mk     bool
 	pos    uint64 // stream position, counted from the first FPDU
 	fstart uint64
+	mkb    [4]byte // a marker being read
+	mkn    int
+	iov    [2]unix.Iovec
 }
 
 const rxBufSize = 4096
 
-func (rd *rxReader) raw(dst []byte) error {
-	for len(dst) > 0 {
-		if rd.r < rd.w {
-			k := copy(dst, rd.buf[rd.r:rd.w])
-			rd.r += k
-			dst = dst[k:]
+var (
+	errAgain = errors.New("goiwarp: socket empty")
+	errDead  = errors.New("goiwarp: endpoint down")
+)
+
+// sys reads from the socket without blocking: n > 0, or an error
+// (errAgain when it is empty, io.EOF at the end).
+func (rd *rxReader) sys(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(rd.fd, p)
+		switch {
+		case err == unix.EINTR:
 			continue
+		case err == unix.EAGAIN:
+			return 0, errAgain
+		case err != nil:
+			return 0, err
+		case n == 0:
+			return 0, io.EOF
 		}
-		if len(dst) >= 512 {
-			n, err := rd.c.Read(dst)
-			dst = dst[n:]
-			if err != nil && len(dst) > 0 {
-				return err
-			}
+		return n, nil
+	}
+}
+
+// sysv reads into dst and then into the empty carry-over buffer, one readv.
+func (rd *rxReader) sysv(dst []byte) (int, error) {
+	rd.iov[0] = unix.Iovec{Base: &dst[0]}
+	rd.iov[0].SetLen(len(dst))
+	rd.iov[1] = unix.Iovec{Base: &rd.buf[0]}
+	rd.iov[1].SetLen(len(rd.buf))
+	for {
+		n, _, errno := unix.Syscall(unix.SYS_READV, uintptr(rd.fd), uintptr(unsafe.Pointer(&rd.iov[0])), 2)
+		switch {
+		case errno == unix.EINTR:
 			continue
+		case errno == unix.EAGAIN:
+			return 0, errAgain
+		case errno != 0:
+			return 0, errno
+		case n == 0:
+			return 0, io.EOF
 		}
-		n, err := rd.c.Read(rd.buf)
-		rd.r, rd.w = 0, n
-		if n == 0 && err != nil {
+		if int(n) > len(dst) {
+			rd.r, rd.w = 0, int(n)-len(dst)
+			return len(dst), nil
+		}
+		return int(n), nil
+	}
+}
+
+// raw consumes up to len(dst) stream bytes into dst: at least one, or an error.
+func (rd *rxReader) raw(dst []byte) (int, error) {
+	if rd.r < rd.w {
+		k := copy(dst, rd.buf[rd.r:rd.w])
+		rd.r += k
+		return k, nil
+	}
+	if len(dst) >= 512 {
+		return rd.sysv(dst)
+	}
+	n, err := rd.sys(rd.buf)
+	if err != nil {
+		return 0, err
+	}
+	k := copy(dst, rd.buf[:n])
+	rd.r, rd.w = k, n
+	return k, nil
+}
+
+// rawFill fills dst[*got:] with stream bytes (no markers, no CRC).
+func (rd *rxReader) rawFill(dst []byte, got *int) error {
+	for *got < len(dst) {
+		n, err := rd.raw(dst[*got:])
+		*got += n
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// read reads FPDU bytes (not the CRC field) into dst, removing markers.
-func (rd *rxReader) read(dst []byte) error {
-	for len(dst) > 0 {
-		k := len(dst)
+// skipMarker consumes the marker due at the current position, if any.
+func (rd *rxReader) skipMarker() error {
+	for rd.mk && rd.pos%512 == 0 {
+		n, err := rd.raw(rd.mkb[rd.mkn:])
+		rd.mkn += n
+		if err != nil {
+			return err
+		}
+		if rd.mkn < 4 {
+			continue
+		}
+		rd.mkn = 0
+		if rd.crcOn {
+			rd.crc = wire.CRC32cUpdate(rd.crc, rd.mkb[:])
+		}
+		if uint64(binary.BigEndian.Uint16(rd.mkb[2:])) != rd.pos-rd.fstart {
+			return wire.ErrMPAMarker
+		}
+		rd.pos += 4
+	}
+	return nil
+}
+
+// fill reads FPDU bytes (not the CRC field) into dst[*got:], removing
+// markers and summing the CRC; it returns nil once dst is full.
+func (rd *rxReader) fill(dst []byte, got *int) error {
+	for *got < len(dst) {
+		if err := rd.skipMarker(); err != nil {
+			return err
+		}
+		k := len(dst) - *got
 		if rd.mk {
-			if rd.pos%512 == 0 {
-				if err := rd.marker(); err != nil {
-					return err
-				}
-			}
 			k = min(k, int(512-rd.pos%512))
 		}
-		if err := rd.raw(dst[:k]); err != nil {
+		n, err := rd.raw(dst[*got : *got+k])
+		if n > 0 {
+			if rd.crcOn {
+				rd.crc = wire.CRC32cUpdate(rd.crc, dst[*got:*got+n])
+			}
+			rd.pos += uint64(n)
+			*got += n
+		}
+		if err != nil {
 			return err
 		}
-		if rd.crcOn {
-			rd.crc = wire.CRC32cUpdate(rd.crc, dst[:k])
-		}
-		rd.pos += uint64(k)
-		dst = dst[k:]
 	}
-	return nil
-}
-
-var errMarker = errors.New("marker")
-
-func (rd *rxReader) marker() error {
-	var m [4]byte
-	if err := rd.raw(m[:]); err != nil {
-		return err
-	}
-	if rd.crcOn {
-		rd.crc = wire.CRC32cUpdate(rd.crc, m[:])
-	}
-	if uint64(binary.BigEndian.Uint16(m[2:])) != rd.pos-rd.fstart {
-		return wire.ErrMPAMarker
-	}
-	rd.pos += 4
 	return nil
 }
 
@@ -130,14 +207,50 @@ const (
 	actTerminate
 )
 
+// Phases of the receive machine within an FPDU.
+const (
+	phHdr uint8 = iota // length and header into hdr
+	phPay              // payload into segs
+	phPad              // pad (and a marker before the CRC)
+	phCRC              // the CRC field
+)
+
+// What the end of the payload does.
+const (
+	postNone uint8 = iota
+	postWrite
+	postReadResp
+	postSend
+	postTerm
+)
+
 type rxState struct {
-	e    *Endpoint
-	rd   rxReader
-	hdr  [2 + wire.DDPUntaggedHeaderLen + wire.AtomicRequestLen]byte
-	h    wire.Header
-	ulen int
-	msn  [5]uint32 // expected MSN per untagged queue
-	cur  rxMsg
+	e   *Endpoint
+	tok sync.Mutex // the RX token
+
+	// Everything below belongs to the token holder.
+	ended bool // the stream is over (error, EOF, or the endpoint went down)
+	rd    rxReader
+	hdr   [2 + wire.DDPUntaggedHeaderLen + wire.AtomicRequestLen]byte
+	h     wire.Header
+	ulen  int
+	hl    int
+	msn   [5]uint32 // expected MSN per untagged queue
+	cur   rxMsg
+
+	phase uint8
+	hgot  int
+	segs  [verbs.MaxSGE][]byte
+	nseg  int
+	segi  int
+	sgot  int
+	post  uint8
+	n     int        // payload length of the current FPDU
+	wspan verbs.Span // the Write's target, held during its payload
+	wheld bool
+	ro    *ordEntry // the Read Response's request
+	tr    [8]byte
+	tgot  int
 
 	act        rxAct
 	recvCQE    verbs.CQE
@@ -147,34 +260,97 @@ type rxState struct {
 	termBody   [64]byte
 	termLen    int
 	termCtrl   wire.TermControl
+
+	ctl  func(fd uintptr) // bound once: the poller's body under RawConn.Control
+	prog bool             // result of ctl
 }
 
 func (e *Endpoint) startRX() {
 	rx := &rxState{e: e, msn: [5]uint32{1, 1, 1, 1, 1}, atomicMSN: 1}
-	rx.rd = rxReader{c: e.c, buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx}
+	rx.rd = rxReader{buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx}
+	rx.ctl = func(fd uintptr) { rx.prog = rx.pump(fd) }
+	e.rx.Store(rx)
 	go rx.loop()
+}
+
+// pump runs the receive machine until the socket is empty or the stream
+// ends; the caller holds the token and a reference on fd. It reports
+// whether anything was consumed or ended.
+func (rx *rxState) pump(fd uintptr) bool {
+	if rx.ended {
+		return false
+	}
+	rx.rd.fd = int(fd)
+	start := rx.rd.pos + uint64(rx.rd.w-rx.rd.r)
+	ti, err := rx.step()
+	rx.rd.fd = -1
+	if err == errAgain {
+		return rx.rd.pos+uint64(rx.rd.w-rx.rd.r) != start
+	}
+	rx.ended = true
+	e := rx.e
+	switch {
+	case err == errDead:
+	case ti != nil:
+		e.failEv(ti, err, asyncFor(ti.ctrl))
+	case rx.act == actTerminate:
+		e.failEv(nil, err, rx.termAsync())
+	default:
+		// EOF, reset, or a local error: the stream is over.
+		e.fail(nil, nil)
+	}
+	return true
+}
+
+// Progress is verbs.Transport.Progress: a poller's turn at the socket.
+func (e *Endpoint) Progress() bool {
+	rx := e.rx.Load()
+	if rx == nil || e.dead.Load() {
+		return false
+	}
+	e.life.RLock()
+	defer e.life.RUnlock()
+	if e.dead.Load() || !rx.tok.TryLock() {
+		return false
+	}
+	rx.prog = false
+	_ = e.rc.Control(rx.ctl)
+	did, ended := rx.prog, rx.ended
+	rx.tok.Unlock()
+	if ended && did {
+		// Wake the RX goroutine to close the stream.
+		_ = e.c.SetReadDeadline(time.Now())
+	}
+	return did
 }
 
 func (rx *rxState) loop() {
 	e := rx.e
 	defer close(e.rxDone)
-	for !e.dead.Load() {
-		ti, err := rx.fpdu()
-		if err == nil {
-			continue
+	ended := false
+	for !ended {
+		err := e.rc.Read(func(fd uintptr) bool {
+			rx.tok.Lock()
+			rx.pump(fd)
+			ended = rx.ended
+			rx.tok.Unlock()
+			return ended
+		})
+		if err != nil && !ended {
+			rx.tok.Lock()
+			ended = rx.ended
+			rx.ended = true
+			rx.tok.Unlock()
+			if !ended && !e.dead.Load() {
+				e.fail(nil, nil)
+			}
+			ended = true
 		}
-		if ti != nil {
-			e.failEv(ti, err, asyncFor(ti.ctrl))
-		} else if rx.act == actTerminate {
-			e.failEv(nil, err, rx.termAsync())
-		} else {
-			// EOF, reset, or a local error: the stream is over.
-			e.fail(nil, nil)
-		}
-		break
 	}
+	rx.tok.Lock()
 	rx.cleanup()
-	// Wait for the peer's FIN (bounded by fail's read deadline), then close.
+	rx.tok.Unlock()
+	// Wait for the peer's FIN (bounded by a read deadline), then close.
 	c := e.c
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	_, _ = io.Copy(io.Discard, c)
@@ -183,6 +359,10 @@ func (rx *rxState) loop() {
 
 func (rx *rxState) cleanup() {
 	rx.cur.release()
+	if rx.wheld {
+		rx.wspan.Release()
+		rx.wheld = false
+	}
 	t := &rx.e.tx
 	t.mu.Lock()
 	ord := t.ord
@@ -193,18 +373,6 @@ func (rx *rxState) cleanup() {
 	}
 }
 
-func asyncFor(c wire.TermControl) int {
-	switch {
-	case c.Layer == wire.LayerRDMAP && c.Type == wire.RDMAPErrRemoteProtection,
-		c.Layer == wire.LayerDDP && c.Type == wire.DDPErrTaggedBuffer:
-		return verbs.EventQPAccessErr
-	case c.Layer == wire.LayerDDP && c.Type == wire.DDPErrUntaggedBuffer,
-		c.Layer == wire.LayerRDMAP && c.Type == wire.RDMAPErrRemoteOperation:
-		return verbs.EventQPReqErr
-	}
-	return verbs.EventQPFatal
-}
-
 // termFor builds the Terminate for a protocol error in the current FPDU.
 func (rx *rxState) termFor(err *wire.Error, hdrLen int) (*termInfo, error) {
 	hl := min(hdrLen, len(rx.hdr)-2)
@@ -212,70 +380,130 @@ func (rx *rxState) termFor(err *wire.Error, hdrLen int) (*termInfo, error) {
 		hdr: append([]byte(nil), rx.hdr[2:2+hl]...)}, err
 }
 
-// fpdu reads and processes one FPDU. A protocol error returns the
+// ioErr maps an error of the reader: a bad marker is a protocol error.
+func (rx *rxState) ioErr(err error, hl int) (*termInfo, error) {
+	if err == wire.ErrMPAMarker {
+		return rx.termFor(wire.ErrMPAMarker, hl)
+	}
+	return nil, err
+}
+
+// step runs the receive machine until the socket is empty (errAgain), the
+// stream fails, or the endpoint is down. A protocol error returns the
 // Terminate to send.
-func (rx *rxState) fpdu() (*termInfo, error) {
+func (rx *rxState) step() (*termInfo, error) {
 	rd := &rx.rd
 	e := rx.e
-	rd.fstart = rd.pos
-	rd.crc = 0
-	rx.act = actNone
-	hb := rx.hdr[:]
-	if err := rd.read(hb[:4]); err != nil {
-		if err == wire.ErrMPAMarker {
-			return rx.termFor(wire.ErrMPAMarker, 0)
+	for {
+		switch rx.phase {
+		case phHdr:
+			hb := rx.hdr[:]
+			if rx.hgot == 0 {
+				if e.dead.Load() {
+					return nil, errDead
+				}
+				rd.fstart = rd.pos
+				rd.crc = 0
+				rx.act = actNone
+			}
+			if rx.hgot < 4 {
+				if err := rd.fill(hb[:4], &rx.hgot); err != nil {
+					return rx.ioErr(err, 0)
+				}
+				rx.ulen = int(binary.BigEndian.Uint16(hb))
+				hl, err := wire.HeaderLen(hb[2:4])
+				if err != nil {
+					return rx.termFor(wire.AsError(err), 2)
+				}
+				if rx.ulen < hl {
+					return rx.termFor(wire.ErrRDMAPLength, 2)
+				}
+				rx.hl = hl
+			}
+			if err := rd.fill(hb[:2+rx.hl], &rx.hgot); err != nil {
+				return rx.ioErr(err, rx.hl)
+			}
+			h := &rx.h
+			if err := wire.ParseHeader(h, hb[2:2+rx.hl], rx.ulen); err != nil {
+				return rx.termFor(wire.AsError(err), rx.hl)
+			}
+			rx.n = rx.ulen - rx.hl
+			rx.nseg, rx.segi, rx.sgot, rx.post = 0, 0, 0, postNone
+			if werr := rx.begin(rx.n); werr != nil {
+				return rx.termFor(werr, rx.hl)
+			}
+			rx.phase = phPay
+		case phPay:
+			for rx.segi < rx.nseg {
+				if err := rd.fill(rx.segs[rx.segi], &rx.sgot); err != nil {
+					return rx.ioErr(err, rx.hl)
+				}
+				rx.segs[rx.segi] = nil
+				rx.segi++
+				rx.sgot = 0
+			}
+			if werr := rx.endPayload(); werr != nil {
+				return rx.termFor(werr, rx.hl)
+			}
+			rx.phase, rx.tgot = phPad, 0
+		case phPad:
+			pad := (4 - (2+rx.ulen)&3) & 3
+			if err := rd.fill(rx.tr[:pad], &rx.tgot); err != nil {
+				return rx.ioErr(err, rx.hl)
+			}
+			// A marker may precede the CRC.
+			if err := rd.skipMarker(); err != nil {
+				return rx.ioErr(err, rx.hl)
+			}
+			rx.phase, rx.tgot = phCRC, 0
+		case phCRC:
+			if err := rd.rawFill(rx.tr[4:8], &rx.tgot); err != nil {
+				return nil, err
+			}
+			rd.pos += 4
+			rx.phase, rx.hgot = phHdr, 0
+			if rd.crcOn && binary.BigEndian.Uint32(rx.tr[4:]) != rd.crc {
+				return rx.termFor(wire.ErrMPACRC, rx.hl)
+			}
+			if e.awaitRTR.Load() {
+				e.established()
+			}
+			if err := rx.commit(); err != nil {
+				return nil, err
+			}
 		}
-		return nil, err
 	}
-	rx.ulen = int(binary.BigEndian.Uint16(hb))
-	hl, err := wire.HeaderLen(hb[2:4])
-	if err != nil {
-		return rx.termFor(wire.AsError(err), 2)
+}
+
+// seg adds a payload destination.
+func (rx *rxState) seg(b []byte) {
+	if len(b) > 0 {
+		rx.segs[rx.nseg] = b
+		rx.nseg++
 	}
-	if rx.ulen < hl {
-		return rx.termFor(wire.ErrRDMAPLength, 2)
-	}
-	if err := rd.read(hb[4 : 2+hl]); err != nil {
-		if err == wire.ErrMPAMarker {
-			return rx.termFor(wire.ErrMPAMarker, hl)
+}
+
+// endPayload finishes what the payload of the FPDU did, once it is placed.
+func (rx *rxState) endPayload() *wire.Error {
+	switch rx.post {
+	case postWrite:
+		rx.wspan.Release()
+		rx.wheld = false
+		rx.wspan = verbs.Span{}
+		rx.writeBytes += uint32(rx.n)
+	case postReadResp:
+		rx.ro.placed += uint32(rx.n)
+		rx.ro = nil
+		if rx.h.Last {
+			rx.act = actReadDone
 		}
-		return nil, err
+	case postSend:
+		return rx.untaggedDone()
+	case postTerm:
+		rx.termLen = 4 + rx.n
+		rx.act = actTerminate
 	}
-	h := &rx.h
-	if err := wire.ParseHeader(h, hb[2:2+hl], rx.ulen); err != nil {
-		return rx.termFor(wire.AsError(err), hl)
-	}
-	n := rx.ulen - hl
-	if werr, err := rx.dispatch(n); werr != nil {
-		return rx.termFor(werr, hl)
-	} else if err != nil {
-		if err == wire.ErrMPAMarker {
-			return rx.termFor(wire.ErrMPAMarker, hl)
-		}
-		return nil, err
-	}
-	// Trailer: pad, a marker that may precede the CRC, the CRC.
-	var tr [8]byte
-	pad := (4 - (2+rx.ulen)&3) & 3
-	if err := rd.read(tr[:pad]); err != nil {
-		return nil, err
-	}
-	if rd.mk && rd.pos%512 == 0 {
-		if err := rd.marker(); err != nil {
-			return rx.termFor(wire.ErrMPAMarker, hl)
-		}
-	}
-	if err := rd.raw(tr[4:8]); err != nil {
-		return nil, err
-	}
-	rd.pos += 4
-	if rd.crcOn && binary.BigEndian.Uint32(tr[4:]) != rd.crc {
-		return rx.termFor(wire.ErrMPACRC, hl)
-	}
-	if e.awaitRTR.Load() {
-		e.established()
-	}
-	return nil, rx.commit()
+	return nil
 }
 
 // commit runs what the FPDU completed, once its CRC was checked.
@@ -345,31 +573,31 @@ var (
 	errTermShort = &wire.Error{Layer: wire.LayerRDMAP, Type: wire.RDMAPErrRemoteOperation, Code: wire.RDMAPCodeCatastrophicStream, Reason: "terminate too long"}
 )
 
-// dispatch handles the payload of the current FPDU (n bytes). It returns a
-// protocol error (Terminate) or an I/O error.
-func (rx *rxState) dispatch(n int) (*wire.Error, error) {
+// begin checks the header of the current FPDU (payload of n bytes) and
+// sets where its payload goes (rx.segs) and what follows it (rx.post). It
+// returns a protocol error (Terminate).
+func (rx *rxState) begin(n int) *wire.Error {
 	e := rx.e
 	h := &rx.h
-	rd := &rx.rd
 	switch h.Opcode {
 	case wire.OpWrite:
 		if n == 0 {
-			return nil, nil // zero-length Write (the P2P RTR among them): nothing to check
+			return nil // zero-length Write (the P2P RTR among them): nothing to check
 		}
 		sp, err := verbs.Access(e.pd, h.STag, h.TO, uint64(n), verbs.AccessRemoteWrite)
 		if err != nil {
-			return taggedErr(err), nil
+			return taggedErr(err)
 		}
-		err = rd.read(sp.Buf)
-		sp.Release()
-		rx.writeBytes += uint32(n)
-		return nil, err
+		rx.wspan, rx.wheld = sp, true
+		rx.seg(sp.Buf)
+		rx.post = postWrite
+		return nil
 
 	case wire.OpReadResponse:
 		t := &e.tx
 		if t.rtrRead && n == 0 && h.Last {
 			t.rtrRead = false // the answer to our zero-length Read RTR
-			return nil, nil
+			return nil
 		}
 		t.mu.Lock()
 		var o *ordEntry
@@ -378,35 +606,31 @@ func (rx *rxState) dispatch(n int) (*wire.Error, error) {
 		}
 		t.mu.Unlock()
 		if o == nil || o.atomic {
-			return errUnexpOp, nil
+			return errUnexpOp
 		}
 		if n > 0 && h.STag != o.sinkSTag {
-			return taggedErr(verbs.ErrInvalidSTag), nil
+			return taggedErr(verbs.ErrInvalidSTag)
 		}
 		if n > 0 && (h.TO < o.sinkTO || h.TO-o.sinkTO != uint64(o.placed) || uint64(o.placed)+uint64(n) > uint64(o.length)) {
-			return taggedErr(verbs.ErrBounds), nil
+			return taggedErr(verbs.ErrBounds)
 		}
 		if n > 0 {
-			if err := rd.read(o.span.Buf[o.placed : int(o.placed)+n]); err != nil {
-				return nil, err
-			}
-			o.placed += uint32(n)
+			rx.seg(o.span.Buf[o.placed : int(o.placed)+n])
 		}
-		if h.Last {
-			rx.act = actReadDone
-		}
-		return nil, nil
+		rx.ro = o
+		rx.post = postReadResp
+		return nil
 
 	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
 		return rx.untagged(n)
 
 	case wire.OpImmediate, wire.OpImmediateSE:
 		if h.MSN != rx.msn[wire.QNSend] || rx.cur.active {
-			return errMSN, nil
+			return errMSN
 		}
 		rqe, ok := e.qp.TakeRecv()
 		if !ok {
-			return errNoBuffer, nil
+			return errNoBuffer
 		}
 		rx.msn[wire.QNSend]++
 		var b [8]byte
@@ -417,11 +641,11 @@ func (rx *rxState) dispatch(n int) (*wire.Error, error) {
 		rx.writeBytes = 0
 		rx.solicited = h.Opcode == wire.OpImmediateSE
 		rx.act = actRecvDone
-		return nil, nil
+		return nil
 
 	case wire.OpReadRequest:
 		if h.MSN != rx.msn[wire.QNReadRequest] {
-			return errMSN, nil
+			return errMSN
 		}
 		rx.msn[wire.QNReadRequest]++
 		t := &e.tx
@@ -432,7 +656,7 @@ func (rx *rxState) dispatch(n int) (*wire.Error, error) {
 		}
 		t.mu.Unlock()
 		if full {
-			return errIRD, nil
+			return errIRD
 		}
 		m := &txMsg{kind: kindReadResp, h: wire.Header{Opcode: wire.OpReadResponse, STag: h.SinkSTag},
 			baseTO: h.SinkTO, total: int(h.ReadSize)}
@@ -442,17 +666,17 @@ func (rx *rxState) dispatch(n int) (*wire.Error, error) {
 				t.mu.Lock()
 				t.irdInUse--
 				t.mu.Unlock()
-				return rdmapProt(err), nil
+				return rdmapProt(err)
 			}
 			m.spans = []verbs.Span{sp}
 			m.data = [][]byte{sp.Buf}
 		}
 		t.queueInternal(m)
-		return nil, nil
+		return nil
 
 	case wire.OpAtomicRequest:
 		if h.MSN != rx.msn[wire.QNAtomicRequest] {
-			return errMSN, nil
+			return errMSN
 		}
 		rx.msn[wire.QNAtomicRequest]++
 		t := &e.tx
@@ -463,19 +687,19 @@ func (rx *rxState) dispatch(n int) (*wire.Error, error) {
 		}
 		t.mu.Unlock()
 		if full {
-			return errIRD, nil
+			return errIRD
 		}
 		release := func() { t.mu.Lock(); t.irdInUse--; t.mu.Unlock() }
 		sp, err := verbs.Access(e.pd, h.RemoteSTag, h.RemoteTO, 8, verbs.AccessRemoteAtomic)
 		if err != nil {
 			release()
-			return rdmapProt(err), nil
+			return rdmapProt(err)
 		}
 		p := unsafe.Pointer(&sp.Buf[0])
 		if uintptr(p)%8 != 0 {
 			sp.Release()
 			release()
-			return errMisalign, nil
+			return errMisalign
 		}
 		orig := doAtomic((*uint64)(p), h)
 		sp.Release()
@@ -483,7 +707,7 @@ func (rx *rxState) dispatch(n int) (*wire.Error, error) {
 			MSN: rx.atomicMSN, AtomicReqID: h.AtomicReqID, OrigValue: orig}}
 		rx.atomicMSN++
 		t.queueInternal(m)
-		return nil, nil
+		return nil
 
 	case wire.OpAtomicResponse:
 		t := &e.tx
@@ -494,27 +718,24 @@ func (rx *rxState) dispatch(n int) (*wire.Error, error) {
 		}
 		t.mu.Unlock()
 		if o == nil || !o.atomic || o.reqID != h.AtomicReqID {
-			return errUnexpOp, nil
+			return errUnexpOp
 		}
 		binary.NativeEndian.PutUint64(o.span.Buf[:8], h.OrigValue)
 		o.placed = 8
 		rx.act = actAtomicDone
-		return nil, nil
+		return nil
 
 	case wire.OpTerminate:
 		if n > len(rx.termBody)-wire.TermControlLen {
-			return errTermShort, nil
+			return errTermShort
 		}
 		binary.BigEndian.PutUint32(rx.termBody[:4], 0)
 		h.Term.Put(rx.termBody[:4])
-		if err := rd.read(rx.termBody[4 : 4+n]); err != nil {
-			return nil, err
-		}
-		rx.termLen = 4 + n
-		rx.act = actTerminate
-		return nil, nil
+		rx.seg(rx.termBody[4 : 4+n])
+		rx.post = postTerm
+		return nil
 	}
-	return errUnexpOp, nil
+	return errUnexpOp
 }
 
 func doAtomic(p *uint64, h *wire.Header) uint64 {
@@ -536,37 +757,38 @@ func doAtomic(p *uint64, h *wire.Header) uint64 {
 	return atomic.LoadUint64(p)
 }
 
-// untagged places a segment of a Send into the current receive buffer.
-func (rx *rxState) untagged(n int) (*wire.Error, error) {
+// untagged sets up the placement of a segment of a Send into the current
+// receive buffer.
+func (rx *rxState) untagged(n int) *wire.Error {
 	e := rx.e
 	h := &rx.h
 	cur := &rx.cur
 	if h.MO == 0 {
 		if cur.active || h.MSN != rx.msn[wire.QNSend] {
-			return errMSN, nil
+			return errMSN
 		}
 		if e.awaitRTR.Load() && e.neg.rtr == rtrSend && n == 0 && h.Last {
 			rx.msn[wire.QNSend]++ // the zero-length Send RTR
-			return nil, nil
+			return nil
 		}
 		rqe, ok := e.qp.TakeRecv()
 		if !ok {
-			return errNoBuffer, nil
+			return errNoBuffer
 		}
 		*cur = rxMsg{active: true, rqe: rqe, msn: h.MSN}
 		for _, s := range rqe.SGEs() {
 			cur.cap += int(s.Length)
 		}
 	} else if !cur.active || h.MSN != cur.msn {
-		return errMSN, nil
+		return errMSN
 	} else if int(h.MO) != cur.placed {
-		return errMO, nil
+		return errMO
 	}
 	if cur.placed+n > cur.cap {
 		rqe := cur.rqe
 		cur.release()
 		e.completeRecv(&rqe, verbs.CQE{Status: verbs.WCLocLenErr, Opcode: verbs.WCOpRecv}, false)
-		return errTooLong, nil
+		return errTooLong
 	}
 	// Scatter into the SGEs, pinning each on first use.
 	off := cur.placed
@@ -587,20 +809,28 @@ func (rx *rxState) untagged(n int) (*wire.Error, error) {
 				rqe := cur.rqe
 				cur.release()
 				e.completeRecv(&rqe, verbs.CQE{Status: verbs.WCLocProtErr, Opcode: verbs.WCOpRecv}, false)
-				return errLocalCat, nil
+				rx.nseg = 0
+				return errLocalCat
 			}
 			cur.spans[i], cur.pinned[i] = sp, true
 		}
 		o := off - base
 		k := min(l-o, left)
-		if err := rx.rd.read(cur.spans[i].Buf[o : o+k]); err != nil {
-			return nil, err
-		}
+		rx.seg(cur.spans[i].Buf[o : o+k])
 		off += k
 		left -= k
 		base += l
 	}
-	cur.placed = off
+	rx.post = postSend
+	return nil
+}
+
+// untaggedDone finishes a Send segment once its payload is placed.
+func (rx *rxState) untaggedDone() *wire.Error {
+	e := rx.e
+	h := &rx.h
+	cur := &rx.cur
+	cur.placed += rx.n
 	if h.Last {
 		rx.msn[wire.QNSend]++
 		c := verbs.CQE{Status: verbs.WCSuccess, Opcode: verbs.WCOpRecv, ByteLen: uint32(cur.placed)}
@@ -609,14 +839,14 @@ func (rx *rxState) untagged(n int) (*wire.Error, error) {
 			c.WCFlags = verbs.WCWithInv
 			if err := verbs.InvalidateSTag(e.pd, h.InvalidateSTag); err != nil {
 				return &wire.Error{Layer: wire.LayerRDMAP, Type: wire.RDMAPErrRemoteOperation,
-					Code: wire.RDMAPCodeCannotInvalidate, Reason: "STag cannot be invalidated"}, nil
+					Code: wire.RDMAPCodeCannotInvalidate, Reason: "STag cannot be invalidated"}
 			}
 		}
 		rx.recvCQE = c
 		rx.solicited = h.Opcode == wire.OpSendSE || h.Opcode == wire.OpSendSEInv
 		rx.act = actRecvDone
 	}
-	return nil, nil
+	return nil
 }
 
 // termStatus maps a received Terminate to the status of the affected WQE.
@@ -667,6 +897,17 @@ func (rx *rxState) gotTerminate() error {
 func (rx *rxState) termAsync() int {
 	if termStatus(rx.termCtrl) == verbs.WCRemAccessErr {
 		return verbs.EventQPAccessErr
+	}
+	return verbs.EventQPFatal
+}
+func asyncFor(c wire.TermControl) int {
+	switch {
+	case c.Layer == wire.LayerRDMAP && c.Type == wire.RDMAPErrRemoteProtection,
+		c.Layer == wire.LayerDDP && c.Type == wire.DDPErrTaggedBuffer:
+		return verbs.EventQPAccessErr
+	case c.Layer == wire.LayerDDP && c.Type == wire.DDPErrUntaggedBuffer,
+		c.Layer == wire.LayerRDMAP && c.Type == wire.RDMAPErrRemoteOperation:
+		return verbs.EventQPReqErr
 	}
 	return verbs.EventQPFatal
 }

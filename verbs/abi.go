@@ -77,7 +77,8 @@ type ringHdr struct {
 	Notify    uint32
 	State     uint32
 	Overflow  uint32
-	_         [40]byte
+	Active    uint32 // CQ rings: QPs with a connection completing here
+	_         [36]byte
 }
 
 // Values of enum ibv_wr_opcode.

@@ -47,6 +47,81 @@ type CQ struct {
 	Cookie uintptr      // address of the C struct ibv_cq, for events
 
 	mu sync.Mutex // serialises producers (the QPs completing into this CQ)
+
+	// The QPs completing into this CQ (send or receive side), copy on write
+	// under regMu, for the progress hook poll_cq calls when it finds the CQ
+	// empty.
+	regMu sync.Mutex
+	qps   atomic.Pointer[[]*QP]
+}
+
+func (cq *CQ) register(qp *QP) {
+	cq.regMu.Lock()
+	var l []*QP
+	if p := cq.qps.Load(); p != nil {
+		l = append(l, *p...)
+	}
+	l = append(l, qp)
+	cq.qps.Store(&l)
+	cq.updateActiveLocked()
+	cq.regMu.Unlock()
+}
+
+func (cq *CQ) unregister(qp *QP) {
+	cq.regMu.Lock()
+	var l []*QP
+	if p := cq.qps.Load(); p != nil {
+		for _, q := range *p {
+			if q != qp {
+				l = append(l, q)
+			}
+		}
+	}
+	cq.qps.Store(&l)
+	cq.updateActiveLocked()
+	cq.regMu.Unlock()
+}
+
+// updateActive publishes in the ring header how many registered QPs have a
+// connection attached: the C poller calls Progress only while it is nonzero.
+func (cq *CQ) updateActive() {
+	cq.regMu.Lock()
+	cq.updateActiveLocked()
+	cq.regMu.Unlock()
+}
+
+func (cq *CQ) updateActiveLocked() {
+	n := uint32(0)
+	if p := cq.qps.Load(); p != nil {
+		for _, q := range *p {
+			if q.prog.Load() != nil {
+				n++
+			}
+		}
+	}
+	cq.mu.Lock()
+	if cq.Ring.mem != nil {
+		atomic.StoreUint32(&cq.Ring.hdr.Active, n)
+	}
+	cq.mu.Unlock()
+}
+
+// Progress is the hook poll_cq calls when it found the CQ empty: each
+// connected QP completing into this CQ makes non-blocking progress (reads
+// what its socket holds, places it, completes it). It reports whether any
+// did something.
+func (cq *CQ) Progress() bool {
+	p := cq.qps.Load()
+	if p == nil {
+		return false
+	}
+	did := false
+	for _, qp := range *p {
+		if h := qp.prog.Load(); h != nil && h.t.Progress() {
+			did = true
+		}
+	}
+	return did
 }
 
 // CreateCQ creates a CQ with room for at least cqe entries.
@@ -83,6 +158,7 @@ func (cq *CQ) Resize(cqe int) error {
 	}
 	r.setProd(pending)
 	r.hdr.Notify = atomic.LoadUint32(&old.hdr.Notify)
+	r.hdr.Active = atomic.LoadUint32(&old.hdr.Active)
 	cq.Ring = r
 	old.free()
 	return nil

@@ -15,7 +15,14 @@ type Transport interface {
 	Kick()
 	// Close ends the connection: gracefully (FIN after queued work) or not.
 	Close(graceful bool)
+	// Progress makes non-blocking progress on the receive side (and on a
+	// transmitter waiting for room) from the caller's thread; poll_cq calls
+	// it through CQ.Progress when it finds the CQ empty. It reports whether
+	// anything happened. It must be cheap when there is nothing to do.
+	Progress() bool
 }
+
+type progHolder struct{ t Transport }
 
 // QPCaps are the queue sizes of a QP.
 type QPCaps struct {
@@ -70,6 +77,7 @@ type QP struct {
 	mu   sync.Mutex
 	attr QPAttr
 	conn Transport
+	prog atomic.Pointer[progHolder] // conn, for the pollers' progress hook
 
 	// Send queue shadow, guarded by sqMu: sqNext is the next entry to start
 	// (advanced by the TX token holder), sqDone marks finished entries so they
@@ -124,6 +132,10 @@ func (c *Context) CreateQP(in QPInit) (*QP, error) {
 	qp.attr.IRD, qp.attr.ORD = 1, 1
 	sq.hdr.Doorbell = 1
 	qp.publishState(QPSReset)
+	qp.SendCQ.register(qp)
+	if qp.RecvCQ != qp.SendCQ {
+		qp.RecvCQ.register(qp)
+	}
 	return qp, nil
 }
 
@@ -229,6 +241,9 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 	}
 	qp.publishState(to)
 	qp.mu.Unlock()
+	if conn != nil && to != QPSSQD && (to == QPSReset || to == QPSErr) {
+		qp.setProg(nil)
+	}
 
 	switch {
 	case to == QPSErr && cur != QPSErr:
@@ -259,6 +274,7 @@ func (qp *QP) Attach(conn Transport, ird, ord uint8) error {
 	qp.attr.IRD, qp.attr.ORD = ird, ord
 	qp.publishState(QPSRTS)
 	qp.mu.Unlock()
+	qp.setProg(conn)
 	// Work posted before RTS waits in the ring; send it now.
 	if qp.TakeTx() {
 		conn.Kick()
@@ -479,11 +495,31 @@ func (qp *QP) Destroy() {
 	qp.conn = nil
 	qp.publishState(QPSReset)
 	qp.mu.Unlock()
+	qp.setProg(nil)
+	qp.SendCQ.unregister(qp)
+	if qp.RecvCQ != qp.SendCQ {
+		qp.RecvCQ.unregister(qp)
+	}
 	if conn != nil {
 		conn.Close(false)
 	}
 	if qp.SRQ != nil {
 		qp.SRQ.detach(qp)
+	}
+}
+
+// setProg publishes (or, nil, withdraws) the transport for the progress hook.
+func (qp *QP) setProg(t Transport) {
+	if t == nil {
+		if qp.prog.Swap(nil) == nil {
+			return
+		}
+	} else {
+		qp.prog.Store(&progHolder{t: t})
+	}
+	qp.SendCQ.updateActive()
+	if qp.RecvCQ != qp.SendCQ {
+		qp.RecvCQ.updateActive()
 	}
 }
 
