@@ -278,6 +278,12 @@ def run_row(row, lib, logdir, ports, timeout):
     problems = []
     srv = None
     base = os.path.join(logdir, row.name)
+    missing = [argv[0] for argv in (row.server, row.client) if argv and not shutil.which(argv[0])]
+    if missing:
+        res.secs, res.ok, res.logbase = 0.0, False, base
+        res.problems = ["not installed: %s (build/deps.sh all installs rdmacm-utils, "
+                        "ibverbs-utils, perftest, qperf)" % " ".join(sorted(set(missing)))]
+        return res
     for f in (base + ".server.out", base + ".server.err"):
         if os.path.exists(f):
             os.unlink(f)
