@@ -357,7 +357,7 @@ def tail(path, n=25):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("build_dir")
+    ap.add_argument("build_dir", nargs="?", default=os.path.join(HERE, "..", "..", "_build"))
     ap.add_argument("--only", help="run only rows whose name matches this regex")
     ap.add_argument("--list", action="store_true", help="list the rows and exit")
     ap.add_argument("--timeout", type=float, default=60, help="per-row timeout, s (60)")
