@@ -530,10 +530,8 @@ int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 	}
 	for (;;) {
 		ssize_t n = read(ctx->async_fd, &r, sizeof(r));
-		if (n < 0 && errno == EINTR)
-			continue;
 		if (n < 0)
-			return -1;
+			return -1; /* EINTR reaches the caller, as with rdma-core */
 		if (n != sizeof(r)) {
 			errno = EIO;
 			return -1;

@@ -340,10 +340,8 @@ int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_
 	}
 	for (;;) {
 		ssize_t n = read(ch->fd, &rec, sizeof(rec));
-		if (n < 0 && errno == EINTR)
-			continue;
 		if (n < 0)
-			return -1; /* EAGAIN on an O_NONBLOCK channel */
+			return -1; /* EAGAIN on an O_NONBLOCK channel; EINTR as rdma-core */
 		if (n != sizeof(rec)) {
 			errno = EIO;
 			return -1;

@@ -173,11 +173,8 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	for (;;) {
 		ssize_t n = read(ch->ch.fd, &v, sizeof(v));
 
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1; /* EAGAIN with O_NONBLOCK */
-		}
+		if (n < 0)
+			return -1; /* EAGAIN with O_NONBLOCK; EINTR reaches the caller */
 		memset(&info, 0, sizeof(info));
 		if (goCMPop(ch->h, &info))
 			break;
