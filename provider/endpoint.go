@@ -66,6 +66,8 @@ type Endpoint struct {
 	failOnce sync.Once
 	hardOnce sync.Once
 	discOnce sync.Once
+	discT    atomic.Pointer[time.Timer] // Disconnect's bound on the peer's FIN
+	gone     atomic.Bool                // closed hard: the QP's rings may go away
 }
 
 func newEndpoint(qp *verbs.QP, cb func(Event), pol *Policy) *Endpoint {
@@ -334,7 +336,12 @@ func (e *Endpoint) Disconnect() {
 	e.discOnce.Do(func() {
 		e.tx.setClosing()
 		// A peer that never closes its side is not waited for forever.
-		time.AfterFunc(5*time.Second, func() { e.fail(nil, nil); c.Close() })
+		e.discT.Store(time.AfterFunc(5*time.Second, func() {
+			if !e.gone.Load() {
+				e.fail(nil, nil)
+			}
+			c.Close()
+		}))
 	})
 }
 
@@ -346,6 +353,10 @@ func (e *Endpoint) Close(graceful bool) {
 	if graceful {
 		e.Disconnect()
 		return
+	}
+	e.gone.Store(true)
+	if t := e.discT.Load(); t != nil {
+		t.Stop()
 	}
 	e.compMu.Lock()
 	e.dead.Store(true)

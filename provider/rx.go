@@ -302,20 +302,31 @@ func (rx *rxState) pump(fd uintptr) bool {
 	return true
 }
 
-// Progress is verbs.Transport.Progress: a poller's turn at the socket.
-func (e *Endpoint) Progress() bool {
+// Progress is verbs.Transport.Progress: a poller's turn at the socket. A
+// poller of the send CQ only (recv false) reads only while a Read or Atomic
+// it may complete is outstanding: a stream of Writes and Sends gets nothing
+// back, and an empty read would cost a syscall on the socket's lock per poll.
+func (e *Endpoint) Progress(recv bool) bool {
+	did := false
+	if e.tx.blocked.Load() {
+		e.life.RLock()
+		if !e.gone.Load() {
+			did = e.tx.progress()
+		}
+		e.life.RUnlock()
+	}
 	rx := e.rx.Load()
-	if rx == nil || e.dead.Load() {
-		return false
+	if rx == nil || e.dead.Load() || !recv && e.tx.ordOut.Load() == 0 {
+		return did
 	}
 	e.life.RLock()
 	defer e.life.RUnlock()
 	if e.dead.Load() || !rx.tok.TryLock() {
-		return false
+		return did
 	}
 	rx.prog = false
 	_ = e.rc.Control(rx.ctl)
-	did, ended := rx.prog, rx.ended
+	did, ended := did || rx.prog, rx.ended
 	rx.tok.Unlock()
 	if ended && did {
 		// Wake the RX goroutine to close the stream.
@@ -367,6 +378,7 @@ func (rx *rxState) cleanup() {
 	t.mu.Lock()
 	ord := t.ord
 	t.ord = nil
+	t.ordOut.Store(0)
 	t.mu.Unlock()
 	for _, o := range ord {
 		o.span.Release()
@@ -520,6 +532,7 @@ func (rx *rxState) commit() error {
 		o := t.ord[0]
 		t.ord[0] = nil
 		t.ord = t.ord[1:]
+		t.ordOut.Store(int32(len(t.ord)))
 		t.mu.Unlock()
 		o.span.Release()
 		if !o.rtr {
@@ -882,6 +895,7 @@ func (rx *rxState) gotTerminate() error {
 	if len(t.ord) > 0 {
 		o = t.ord[0]
 		t.ord = t.ord[1:]
+		t.ordOut.Store(int32(len(t.ord)))
 	}
 	t.mu.Unlock()
 	if o != nil {

@@ -37,6 +37,7 @@ type txMsg struct {
 	spans    []verbs.Span
 	total    int
 	off      int // payload bytes framed
+	seg      int // payload per FPDU once the message needs several
 	si, so   int // cursor in data
 	kind     msgKind
 	idx      uint32 // SQ entry (kindSQ)
@@ -97,6 +98,12 @@ type txState struct {
 	term     *txMsg
 	ord      []*ordEntry
 	irdInUse int
+	ordOut   atomic.Int32 // len(ord), for pollers
+
+	// blocked: the token holder found the socket full and left the token
+	// here; whoever swaps it to false (the TX goroutine once there is room,
+	// or a poller) transmits.
+	blocked atomic.Bool
 
 	// tokSync mirrors the hand-over of the TX token, whose doorbell lives
 	// in mmap'd memory the race detector does not see, in Go memory.
@@ -108,6 +115,7 @@ type txState struct {
 	reqID   uint32
 	rtrRead bool
 	finSent bool
+	giveUp  bool // the socket stayed full past its deadline: fail the batch
 	crc     bool
 	mk      bool
 	spos    uint64 // stream position (markers), counted from the first FPDU
@@ -123,6 +131,9 @@ type txState struct {
 	written int64
 	acts    []txAct
 	iovecs  []unix.Iovec
+	wfn     func(fd uintptr) // writeFD, bound once
+	wBlock  bool
+	wErr    error
 }
 
 func (t *txState) init(e *Endpoint) {
@@ -133,6 +144,7 @@ func (t *txState) init(e *Endpoint) {
 	t.arena = make([]byte, batchArena)
 	t.iov = make([][]byte, 0, batchIOV)
 	t.iovecs = make([]unix.Iovec, 0, batchIOV)
+	t.wfn = t.writeFD
 }
 
 func (t *txState) ordMax() int { return max(int(t.e.neg.ord), 1) }
@@ -141,17 +153,37 @@ func (t *txState) ordMax() int { return max(int(t.e.neg.ord), 1) }
 func (e *Endpoint) Kick() {
 	e.tx.tokSync.Load()
 	e.life.RLock()
-	e.tx.run(false)
+	e.tx.run()
 	e.life.RUnlock()
 }
 
 func (e *Endpoint) txLoop() {
 	defer close(e.txDone)
+	t := &e.tx
 	for {
 		select {
 		case <-e.txHand:
 			e.life.RLock()
-			e.tx.run(true)
+			// Wait for room without holding the token: a poller
+			// (Endpoint.Progress) may take a blocked transmitter over
+			// before the netpoller wakes this goroutine.
+			err := e.rc.Write(func(uintptr) bool {
+				if !t.blocked.CompareAndSwap(true, false) {
+					return true // someone else transmits
+				}
+				t.tokSync.Load()
+				if t.runOnce() {
+					t.blocked.Store(true)
+					return false
+				}
+				return true
+			})
+			if err != nil && t.blocked.CompareAndSwap(true, false) {
+				// Deadline or closed socket while full: give up on the batch.
+				t.tokSync.Load()
+				t.giveUp = true
+				t.run()
+			}
 			e.life.RUnlock()
 		case <-e.quit:
 			return
@@ -161,6 +193,9 @@ func (e *Endpoint) txLoop() {
 
 // wake makes the engine transmit: resumes a parked token or takes a free one.
 func (t *txState) wake() {
+	if t.e.gone.Load() {
+		return
+	}
 	t.mu.Lock()
 	resume := t.parked
 	t.parked = false
@@ -168,7 +203,7 @@ func (t *txState) wake() {
 	if resume || t.e.qp.TakeTx() {
 		t.tokSync.Load()
 		t.e.life.RLock()
-		t.run(false)
+		t.run()
 		t.e.life.RUnlock()
 	}
 }
@@ -225,28 +260,54 @@ const (
 
 // run transmits until there is nothing to do, the queue stalls (ORD, fence,
 // responder before RTR: the token is parked) or the socket is full (the
-// token goes to the TX goroutine). block: wait for writability instead.
-func (t *txState) run(block bool) {
-	for {
-		if t.pump(block) == pumpWouldBlock {
-			select {
-			case t.e.txHand <- struct{}{}:
-			default:
-			}
-			return
-		}
-		if !t.idle() {
-			return
+// token is left "blocked" for the TX goroutine, which waits for room, or a
+// poller to take). It never waits itself.
+func (t *txState) run() {
+	if t.runOnce() {
+		t.tokSync.Add(1)
+		t.blocked.Store(true)
+		select {
+		case t.e.txHand <- struct{}{}:
+		default:
 		}
 	}
 }
 
-func (t *txState) pump(block bool) pumpResult {
+// runOnce is run up to a full socket, which it reports; the caller still
+// holds the token then.
+func (t *txState) runOnce() bool {
+	for {
+		if t.pump() == pumpWouldBlock {
+			return true
+		}
+		if !t.idle() {
+			return false
+		}
+	}
+}
+
+// progress is the poller's part of the transmitter: resume a transmitter
+// that found the socket full. It reports whether it ran.
+func (t *txState) progress() bool {
+	if !t.blocked.Load() || !t.blocked.CompareAndSwap(true, false) {
+		return false
+	}
+	t.tokSync.Load()
+	t.run()
+	return true
+}
+
+func (t *txState) pump() pumpResult {
 	for {
 		if t.queued > t.written {
-			wb, err := t.write(block)
+			wb, err := t.write()
 			if err != nil {
-				t.e.fail(nil, err)
+				// Already dead: this may run inside fail itself (fail wakes
+				// the transmitter to send the Terminate), whose Once must not
+				// be re-entered.
+				if !t.e.dead.Load() {
+					t.e.fail(nil, err)
+				}
 				t.dropBatch()
 			} else if wb {
 				return pumpWouldBlock
@@ -592,6 +653,7 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 		}
 		t.mu.Lock()
 		t.ord = append(t.ord, oe)
+		t.ordOut.Store(int32(len(t.ord)))
 		t.mu.Unlock()
 	case verbs.WRLocalInv:
 		status := uint32(verbs.WCSuccess)
@@ -617,7 +679,17 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 func (t *txState) frameSegment(m *txMsg) {
 	h := &m.h
 	info := h.Opcode.Info()
-	chunk := min(m.total-m.off, t.e.mulpdu-info.HeaderLen)
+	// A message longer than one FPDU is cut into equal FPDUs, not into full
+	// ones and a small rest (64 KiB over loopback's MSS would otherwise be
+	// ~64 KiB plus 73 bytes: twice the per-FPDU work for the same bytes).
+	chunk := m.total - m.off
+	if maxc := t.e.mulpdu - info.HeaderLen; chunk > maxc {
+		if m.seg == 0 {
+			n := (m.total + maxc - 1) / maxc
+			m.seg = (m.total + n - 1) / n
+		}
+		chunk = m.seg
+	}
 	if info.Tagged {
 		h.TO = m.baseTO + uint64(m.off)
 	} else if info.Payload && h.Opcode != wire.OpTerminate {
@@ -725,9 +797,27 @@ func (t *txState) frameOne(fpdu []byte, _ []byte) []byte {
 	return append(out, c[:]...)
 }
 
-// write writes the batch; wouldBlock when the socket is full and !block.
-func (t *txState) write(block bool) (wouldBlock bool, err error) {
-	rerr := t.e.rc.Write(func(fd uintptr) bool {
+// write writes the batch without blocking; wouldBlock when the socket is
+// full. It uses the socket under a reference (RawConn.Control), not its
+// write lock, so that the TX goroutine can wait for room in RawConn.Write
+// without holding the token.
+func (t *txState) write() (wouldBlock bool, err error) {
+	t.wBlock, t.wErr = false, nil
+	rerr := t.e.rc.Control(t.wfn)
+	wouldBlock, err = t.wBlock, t.wErr
+	if err == nil && rerr != nil {
+		err = rerr
+	}
+	if err != nil {
+		return false, err
+	}
+	t.retire()
+	return wouldBlock, nil
+}
+
+// writeFD is write's part under the socket reference.
+func (t *txState) writeFD(fd uintptr) {
+	{
 		for t.wi < len(t.iov) {
 			t.iovecs = t.iovecs[:0]
 			for i := t.wi; i < len(t.iov) && len(t.iovecs) < batchIOV; i++ {
@@ -752,28 +842,20 @@ func (t *txState) write(block bool) (wouldBlock bool, err error) {
 				continue
 			}
 			if errno == syscall.EAGAIN {
-				if block {
-					return false
+				if t.giveUp {
+					t.wErr = errno
+					return
 				}
-				wouldBlock = true
-				return true
+				t.wBlock = true
+				return
 			}
 			if errno != 0 {
-				err = errno
-				return true
+				t.wErr = errno
+				return
 			}
 			t.advance(int(n))
 		}
-		return true
-	})
-	if err == nil && rerr != nil {
-		err = rerr
 	}
-	if err != nil {
-		return false, err
-	}
-	t.retire()
-	return wouldBlock, nil
 }
 
 func (t *txState) advance(n int) {

@@ -17,9 +17,11 @@ type Transport interface {
 	Close(graceful bool)
 	// Progress makes non-blocking progress on the receive side (and on a
 	// transmitter waiting for room) from the caller's thread; poll_cq calls
-	// it through CQ.Progress when it finds the CQ empty. It reports whether
-	// anything happened. It must be cheap when there is nothing to do.
-	Progress() bool
+	// it through CQ.Progress when it finds the CQ empty; recv says the CQ
+	// takes the QP's receive completions (else it is its send CQ only). It
+	// reports whether anything happened. It must be cheap when there is
+	// nothing to do.
+	Progress(recv bool) bool
 }
 
 type progHolder struct{ t Transport }
