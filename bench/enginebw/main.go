@@ -14,6 +14,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sync/atomic"
@@ -226,6 +227,10 @@ func engineRun() float64 {
 		for {
 			c, ok := cli.poll()
 			if !ok {
+				// capi's poller is a C thread that holds no P; a Go loop
+				// spinning here would keep one of the two Ps from the
+				// engine's goroutines.
+				runtime.Gosched()
 				break
 			}
 			if c.Status != verbs.WCSuccess {
@@ -239,6 +244,8 @@ func engineRun() float64 {
 		if _, ok := cli.poll(); ok {
 			inflight--
 			bytes += int64(*size)
+		} else {
+			runtime.Gosched()
 		}
 	}
 	// Completion means "on the socket"; a final Read-free barrier: the
