@@ -42,6 +42,7 @@ type rxReader struct {
 	mkb    [4]byte // a marker being read
 	mkn    int
 	iov    [2]unix.Iovec
+	nread  uint64 // bytes read from the socket, ever
 }
 
 const rxBufSize = 4096
@@ -66,6 +67,7 @@ func (rd *rxReader) sys(p []byte) (int, error) {
 		case n == 0:
 			return 0, io.EOF
 		}
+		rd.nread += uint64(n)
 		return n, nil
 	}
 }
@@ -88,6 +90,7 @@ func (rd *rxReader) sysv(dst []byte) (int, error) {
 		case n == 0:
 			return 0, io.EOF
 		}
+		rd.nread += uint64(n)
 		if int(n) > len(dst) {
 			rd.r, rd.w = 0, int(n)-len(dst)
 			return len(dst), nil
@@ -281,11 +284,11 @@ func (rx *rxState) pump(fd uintptr) bool {
 		return false
 	}
 	rx.rd.fd = int(fd)
-	start := rx.rd.pos + uint64(rx.rd.w-rx.rd.r)
+	pos, nread := rx.rd.pos, rx.rd.nread
 	ti, err := rx.step()
 	rx.rd.fd = -1
 	if err == errAgain {
-		return rx.rd.pos+uint64(rx.rd.w-rx.rd.r) != start
+		return rx.rd.pos != pos || rx.rd.nread != nread
 	}
 	rx.ended = true
 	e := rx.e
@@ -319,9 +322,11 @@ func (e *Endpoint) Progress(recv bool) bool {
 	if rx == nil || e.dead.Load() || !recv && e.tx.ordOut.Load() == 0 {
 		return did
 	}
-	e.life.RLock()
-	defer e.life.RUnlock()
-	if e.dead.Load() || !rx.tok.TryLock() {
+	// No life lock here (fail, called from the pump, may wake the
+	// transmitter, which takes it): the rings stay valid because a hard
+	// Close waits for the RX goroutine, which ends by taking the token and
+	// marking the stream ended, after which a poller touches nothing.
+	if !rx.tok.TryLock() {
 		return did
 	}
 	rx.prog = false
