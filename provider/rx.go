@@ -292,6 +292,9 @@ func (rx *rxState) pump(fd uintptr) bool {
 	}
 	rx.ended = true
 	e := rx.e
+	// A receive taken for a Send that did not complete (its FPDU failed,
+	// or the stream ended inside it) is flushed first, in order.
+	rx.flushCur()
 	switch {
 	case err == errDead:
 	case ti != nil:
@@ -373,8 +376,20 @@ func (rx *rxState) loop() {
 	c.Close()
 }
 
-func (rx *rxState) cleanup() {
+// flushCur completes the receive being filled, if any, with a flush error.
+func (rx *rxState) flushCur() {
+	if !rx.cur.active {
+		return
+	}
+	rqe := rx.cur.rqe
 	rx.cur.release()
+	if !rx.e.gone.Load() {
+		rx.e.completeRecv(&rqe, verbs.CQE{Status: verbs.WCWRFlushErr, Opcode: verbs.WCOpRecv}, false)
+	}
+}
+
+func (rx *rxState) cleanup() {
+	rx.flushCur()
 	if rx.wheld {
 		rx.wspan.Release()
 		rx.wheld = false
@@ -479,7 +494,7 @@ func (rx *rxState) step() (*termInfo, error) {
 			}
 			rd.pos += 4
 			rx.phase, rx.hgot = phHdr, 0
-			if rd.crcOn && binary.BigEndian.Uint32(rx.tr[4:]) != rd.crc {
+			if rd.crcOn && wire.GetCRC(rx.tr[4:]) != rd.crc {
 				return rx.termFor(wire.ErrMPACRC, rx.hl)
 			}
 			if e.awaitRTR.Load() {
@@ -560,7 +575,8 @@ func taggedErr(err error) *wire.Error {
 	case verbs.ErrBounds:
 		return mk(wire.LayerDDP, wire.DDPErrTaggedBuffer, wire.DDPCodeTaggedBaseBounds, "base or bounds violation")
 	case verbs.ErrWrongPD:
-		return mk(wire.LayerRDMAP, wire.RDMAPErrRemoteProtection, wire.RDMAPCodeSTagNotAssociated, "STag not associated")
+		// RFC 5041 §7.2 (siw_tagged_error): a DDP tagged buffer error.
+		return mk(wire.LayerDDP, wire.DDPErrTaggedBuffer, wire.DDPCodeTaggedSTagNotAssociated, "STag not associated with DDP stream")
 	}
 	return mk(wire.LayerRDMAP, wire.RDMAPErrRemoteProtection, wire.RDMAPCodeAccessRights, "access rights violation")
 }

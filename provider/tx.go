@@ -730,7 +730,7 @@ func (t *txState) frameSegment(m *txMsg) {
 	}
 	crcb := t.arena[t.apos : t.apos+4]
 	if t.crc {
-		binary.BigEndian.PutUint32(crcb, t.crcAcc)
+		wire.PutCRC(crcb, t.crcAcc)
 	} else {
 		clear(crcb)
 	}
@@ -790,7 +790,7 @@ func (t *txState) frameOne(fpdu []byte, _ []byte) []byte {
 	}
 	var c [4]byte
 	if t.crc {
-		binary.BigEndian.PutUint32(c[:], t.crcAcc)
+		wire.PutCRC(c[:], t.crcAcc)
 	}
 	t.spos += 4
 	t.resetBatch()
