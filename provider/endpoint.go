@@ -290,6 +290,17 @@ type termInfo struct {
 func (e *Endpoint) fail(term *termInfo, err error) { e.failEv(term, err, -1) }
 
 func (e *Endpoint) failEv(term *termInfo, err error, asyncEv int) {
+	e.failing(term, err, asyncEv, false)
+}
+
+// failTx is fail from a transmitter (the TX token holder, under the life
+// lock): it does not wake the transmitter, which goes on by itself and
+// frames the Terminate (fillDead); waking would take the life lock again.
+func (e *Endpoint) failTx(term *termInfo, err error, asyncEv int) {
+	e.failing(term, err, asyncEv, true)
+}
+
+func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool) {
 	e.failOnce.Do(func() {
 		e.compMu.Lock()
 		e.dead.Store(true)
@@ -308,7 +319,9 @@ func (e *Endpoint) failEv(term *termInfo, err error, asyncEv int) {
 			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		}
 		e.tx.queueTerminate(term)
-		e.tx.wake()
+		if !fromTx {
+			e.tx.wake()
+		}
 		e.event(Event{Type: Disconnected, Err: err})
 	})
 }

@@ -192,19 +192,26 @@ func (e *Endpoint) txLoop() {
 }
 
 // wake makes the engine transmit: resumes a parked token or takes a free one.
+// The caller must not hold the life lock (a transmitter never calls it:
+// see failEv), because a second RLock deadlocks against a waiting writer
+// (hard Close).
 func (t *txState) wake() {
-	if t.e.gone.Load() {
+	e := t.e
+	// gone is checked under the life lock: a hard Close sets it before it
+	// takes the lock exclusively, so a transmitter that gets the lock after
+	// Close waited for the others sees it and touches no ring.
+	e.life.RLock()
+	defer e.life.RUnlock()
+	if e.gone.Load() {
 		return
 	}
 	t.mu.Lock()
 	resume := t.parked
 	t.parked = false
 	t.mu.Unlock()
-	if resume || t.e.qp.TakeTx() {
+	if resume || e.qp.TakeTx() {
 		t.tokSync.Load()
-		t.e.life.RLock()
 		t.run()
-		t.e.life.RUnlock()
 	}
 }
 
@@ -306,7 +313,7 @@ func (t *txState) pump() pumpResult {
 				// the transmitter to send the Terminate), whose Once must not
 				// be re-entered.
 				if !t.e.dead.Load() {
-					t.e.fail(nil, err)
+					t.e.failTx(nil, err, -1)
 				}
 				t.dropBatch()
 			} else if wb {
@@ -356,12 +363,18 @@ func (t *txState) idle() bool {
 		}
 	}
 	if e.dead.Load() {
+		t.tokSync.Add(1)
 		if e.qp.State() == verbs.QPSErr {
 			e.qp.Flush()
-		}
-		t.tokSync.Add(1)
-		if e.qp.ReleaseTx() {
-			return true
+			if e.qp.ReleaseTx() {
+				return true // posted meanwhile: flush that too
+			}
+		} else {
+			// Being destroyed or reset: whoever does it owns the queues.
+			// Work left in the SQ is never started, so give the token back
+			// without looking at it (ReleaseTx would take it again for
+			// ever, and hold off the hard Close waiting for transmitters).
+			e.qp.DropTx()
 		}
 		e.stopTxLoop()
 		return false
@@ -551,7 +564,7 @@ func (t *txState) gather(m *txMsg, sges []verbs.SGE, write bool) bool {
 // localError completes a work request that cannot start and takes the QP down.
 func (t *txState) localError(idx uint32, status uint32, err error) {
 	t.e.completeSend(idx, status, 0)
-	t.e.failEv(nil, err, verbs.EventQPFatal)
+	t.e.failTx(nil, err, verbs.EventQPFatal)
 }
 
 // buildSQ turns an SQ entry into a message, or completes it at once.

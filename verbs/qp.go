@@ -333,6 +333,10 @@ func (qp *QP) ReleaseTx() bool {
 	return pending && qp.TakeTx()
 }
 
+// DropTx gives the TX token back without looking for work (the engine is
+// going away: the QP is being destroyed or reset).
+func (qp *QP) DropTx() { atomic.StoreUint32(&qp.SQ.hdr.Doorbell, 1) }
+
 // NextSend returns the next send queue entry to start, for the TX token holder.
 func (qp *QP) NextSend() (*SQE, uint32, bool) {
 	qp.sqMu.Lock()
