@@ -31,13 +31,27 @@ step go test -race
 go test -race -count=1 -timeout 20m ./... 2>&1 | tee "$logs/gotest"
 
 step fuzz
+# Go 1.26's fuzz coordinator can report a bare "context deadline exceeded" when
+# -fuzztime expires while a worker is busy (golang/go#75804, fixed in 1.27). A
+# real finding always writes its input ("Failing input written to"); a bare
+# deadline report without one is run once more, and tolerated if it recurs.
+fuzz_one() {
+  local dir=$1 fn=$2 try
+  for try in 1 2; do
+    go test -run='^$' -fuzz="^$fn\$" -fuzztime="$FUZZTIME" "$dir" >"$logs/fuzz" 2>&1 && return 0
+    grep -q 'Failing input written to' "$logs/fuzz" && return 1
+    grep -q 'context deadline exceeded' "$logs/fuzz" || return 1
+    echo "note: $fn: the fuzz coordinator's deadline race (golang/go#75804), no failing input (try $try)"
+  done
+  return 0
+}
 fuzzlog=()
 if [[ $FUZZTIME != 0 ]]; then
   while IFS= read -r f; do
     dir=./$(dirname "${f#./}")
     for fn in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$f"); do
       echo "--- go test -run=^\$ -fuzz=^$fn\$ -fuzztime=$FUZZTIME $dir"
-      if ! go test -run='^$' -fuzz="^$fn\$" -fuzztime="$FUZZTIME" "$dir" >"$logs/fuzz" 2>&1; then
+      if ! fuzz_one "$dir" "$fn"; then
         cat "$logs/fuzz"; echo "FAIL: fuzz $dir $fn (the failing input is saved under $dir/testdata/fuzz/$fn/)"; exit 1
       fi
       tail -1 "$logs/fuzz"
