@@ -302,10 +302,13 @@ func (e *Endpoint) failTx(term *termInfo, err error, asyncEv int) {
 
 func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool) {
 	e.failOnce.Do(func() {
+		// After a write in progress retired what it finished (see wgate).
+		e.tx.wgate.Lock()
 		e.compMu.Lock()
 		e.dead.Store(true)
 		changed := e.qp.SetError()
 		e.compMu.Unlock()
+		e.tx.wgate.Unlock()
 		if changed && asyncEv >= 0 {
 			e.qp.Ctx.PostAsync(uint32(asyncEv), e.qp.Cookie)
 		}

@@ -122,6 +122,12 @@ type txState struct {
 	fstart  uint64
 	crcAcc  uint32
 
+	// wgate is held around each write of the batch and the retiring of
+	// the messages it finished; failing takes it before it flushes the
+	// QP, so an SQ entry whose bytes all went to the socket is completed
+	// (successfully) before any flush can see it.
+	wgate sync.Mutex
+
 	// The batch being written.
 	arena   []byte
 	apos    int
@@ -816,7 +822,9 @@ func (t *txState) frameOne(fpdu []byte, _ []byte) []byte {
 // without holding the token.
 func (t *txState) write() (wouldBlock bool, err error) {
 	t.wBlock, t.wErr = false, nil
+	t.wgate.Lock()
 	rerr := t.e.rc.Control(t.wfn)
+	t.wgate.Unlock()
 	wouldBlock, err = t.wBlock, t.wErr
 	if err == nil && rerr != nil {
 		err = rerr
@@ -824,9 +832,12 @@ func (t *txState) write() (wouldBlock bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	t.retire()
 	return wouldBlock, nil
 }
+
+// testAfterWrite, when set (tests), runs after each writev that moved
+// bytes, before the messages it finished are retired.
+var testAfterWrite func(e *Endpoint)
 
 // writeFD is write's part under the socket reference.
 func (t *txState) writeFD(fd uintptr) {
@@ -867,6 +878,13 @@ func (t *txState) writeFD(fd uintptr) {
 				return
 			}
 			t.advance(int(n))
+			if testAfterWrite != nil {
+				testAfterWrite(t.e)
+			}
+			// Complete what this write finished at once: a later writev
+			// of the batch may fail, and the peer may already answer
+			// (and close) what it received.
+			t.retire()
 		}
 	}
 }
