@@ -42,6 +42,7 @@ type txMsg struct {
 	kind     msgKind
 	idx      uint32 // SQ entry (kindSQ)
 	complete bool   // complete the SQ entry once on the socket
+	irdFreed bool   // a response whose IRD slot was given back (once framed)
 	byteLen  uint32
 	next     *txMsg // sent right after this one (Immediate Data after a Write)
 }
@@ -432,12 +433,23 @@ func (t *txState) fillDead() bool {
 func (t *txState) finishDropped(m *txMsg) {
 	for ; m != nil; m = m.next {
 		m.release()
-		if m.kind == kindReadResp || m.kind == kindAtomicResp {
-			t.mu.Lock()
-			t.irdInUse--
-			t.mu.Unlock()
-		}
+		t.freeIRD(m)
 	}
+}
+
+// freeIRD gives back the IRD slot of a Read or Atomic Response. It runs as
+// soon as the response's last FPDU is framed into the batch, before it is
+// written: the requester counts the request done when the last byte
+// arrives and may send the next one at once, which must not find the slot
+// still taken.
+func (t *txState) freeIRD(m *txMsg) {
+	if m.irdFreed || m.kind != kindReadResp && m.kind != kindAtomicResp {
+		return
+	}
+	m.irdFreed = true
+	t.mu.Lock()
+	t.irdInUse--
+	t.mu.Unlock()
 }
 
 // dropAll releases everything the transmitter holds (hard close, after the
@@ -483,6 +495,7 @@ func (t *txState) fill() bool {
 		t.frameSegment(m)
 		added = true
 		if m.off >= m.total {
+			t.freeIRD(m)
 			t.acts = append(t.acts, txAct{end: t.queued, m: m})
 			t.cur = m.next
 			m.next = nil
@@ -929,9 +942,7 @@ func (t *txState) finish(m *txMsg) {
 			t.e.completeSend(m.idx, verbs.WCSuccess, m.byteLen)
 		}
 	case kindReadResp, kindAtomicResp:
-		t.mu.Lock()
-		t.irdInUse--
-		t.mu.Unlock()
+		t.freeIRD(m) // normally done when framed
 	case kindTerm:
 		t.finSent = true
 		if c := t.e.c; c != nil {
