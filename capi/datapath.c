@@ -2,8 +2,9 @@
  * the ibv_wr_* builders and the ibv_cq_ex poll ops, all over the rings of
  * giw_ring.h. The only calls into Go are the send doorbell (when the engine
  * is idle the posting thread transmits), the progress hook of a poll that
- * found its CQ empty (the polling thread reads the sockets of the CQ's QPs)
- * and the flush of receives posted to a QP in ERR. */
+ * found its CQ empty (the polling thread reads the sockets of the CQ's QPs),
+ * the flush of receives posted to a QP in ERR, and the receive doorbell
+ * when a receive path waits for a receive (ring flag rnr_wait). */
 #include <string.h>
 
 #include "capi.h"
@@ -218,9 +219,14 @@ int gcapi_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_w
 	err = post_rq(r, wr, bad, q->max_recv_sge, &posted);
 	pthread_spin_unlock(&q->rq_lock);
 	/* The engine publishes ERR and then flushes; we publish prod and then
-	 * look at the state (both seq-cst): a receive is never left behind. */
-	if (posted && __atomic_load_n(&r->state, __ATOMIC_SEQ_CST) == IBV_QPS_ERR)
-		goVerbsQPRecvDoorbell(q->h);
+	 * look at the state (both seq-cst): a receive is never left behind.
+	 * Likewise a receive path waiting for a receive sets rnr_wait and then
+	 * looks at prod: one of us sees the other. */
+	if (posted) {
+		int wake = __atomic_exchange_n(&r->rnr_wait, 0, __ATOMIC_SEQ_CST) != 0;
+		if (wake || __atomic_load_n(&r->state, __ATOMIC_SEQ_CST) == IBV_QPS_ERR)
+			goVerbsQPRecvDoorbell(q->h);
+	}
 	return err;
 }
 
@@ -232,6 +238,9 @@ int gcapi_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_
 	pthread_spin_lock(&s->lock);
 	err = post_rq(s->ring, wr, bad, s->max_sge ? s->max_sge : 1, &posted);
 	pthread_spin_unlock(&s->lock);
+	/* Wake the QPs' receive paths waiting for a receive (see post_recv). */
+	if (posted && __atomic_exchange_n(&s->ring->rnr_wait, 0, __ATOMIC_SEQ_CST))
+		goVerbsSRQRecvDoorbell(s->h);
 	return err;
 }
 

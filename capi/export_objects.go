@@ -234,12 +234,23 @@ func goVerbsCQProgress(h C.uintptr_t) C.int {
 	return 0
 }
 
-// goVerbsQPRecvDoorbell: post_recv published work on a QP in ERR.
+// goVerbsQPRecvDoorbell: post_recv published work on a QP in ERR, or while
+// its receive path waited for a receive.
 //
 //export goVerbsQPRecvDoorbell
 func goVerbsQPRecvDoorbell(h C.uintptr_t) {
 	if qp := handleValue[*verbs.QP](h); qp != nil {
 		qp.PostRecvDoorbell()
+	}
+}
+
+// goVerbsSRQRecvDoorbell: post_srq_recv published work while a receive
+// path of a QP using the SRQ waited for a receive.
+//
+//export goVerbsSRQRecvDoorbell
+func goVerbsSRQRecvDoorbell(h C.uintptr_t) {
+	if s := handleValue[*verbs.SRQ](h); s != nil {
+		s.PostDoorbell()
 	}
 }
 

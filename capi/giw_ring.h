@@ -88,7 +88,12 @@ struct giw_ring {
 	/* CQ rings: number of connected QPs completing into this CQ; while it is
 	 * nonzero poll_cq calls the engine's progress hook when it finds the CQ empty. */
 	uint32_t active;
-	uint8_t pad2[36];
+	/* RQ/SRQ rings: nonzero while a receive path of the engine waits for a
+	 * receive to be posted (an untagged message arrived and none was there);
+	 * post_recv/post_srq_recv, after publishing prod, swap it to 0 and, if
+	 * it was set, call the engine's receive doorbell. */
+	uint32_t rnr_wait;
+	uint8_t pad2[32];
 	/* entries follow at offset 192 */
 };
 

@@ -70,6 +70,7 @@ func cRingLayout() map[string]fieldLayout {
 		"ringHdr.State":     {unsafe.Offsetof(r.state), unsafe.Sizeof(r.state)},
 		"ringHdr.Overflow":  {unsafe.Offsetof(r.overflow), unsafe.Sizeof(r.overflow)},
 		"ringHdr.Active":    {unsafe.Offsetof(r.active), unsafe.Sizeof(r.active)},
+		"ringHdr.RNRWait":   {unsafe.Offsetof(r.rnr_wait), unsafe.Sizeof(r.rnr_wait)},
 	}
 }
 

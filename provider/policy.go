@@ -35,6 +35,11 @@ import (
 //	GOIWARP_MPA_PDMAX     most private-data bytes we send in total, MPA v2
 //	                      header included (default 256, what siw and cxgb4
 //	                      accept; at most 512).
+//	GOIWARP_RNR_TIMEOUT   how long the receive path waits for a receive to be
+//	                      posted when a Send (or Immediate Data) arrives and
+//	                      none is (it stops reading the socket meanwhile: TCP
+//	                      back-pressure); a Go duration or seconds (default
+//	                      1s). 0: Terminate at once, as siw does.
 type Policy struct {
 	Revision    int  // 1 or 2
 	CRC         bool // set C in what we send
@@ -45,7 +50,13 @@ type Policy struct {
 	V1IRDORD    bool
 	Timeout     time.Duration
 	MaxPrivData int // total private data bytes we send at most
+	// RNRTimeout bounds the wait for a receive buffer (0: none, Terminate
+	// at once).
+	RNRTimeout time.Duration
 }
+
+// DefaultRNRTimeout is GOIWARP_RNR_TIMEOUT's default.
+const DefaultRNRTimeout = time.Second
 
 // rtrSet is a set of RFC 6581 RTR message types.
 type rtrSet uint8
@@ -58,7 +69,8 @@ const (
 
 // DefaultPolicy is the siw-compatible default.
 func DefaultPolicy() Policy {
-	return Policy{Revision: 2, RTR: rtrWrite | rtrRead, Timeout: 10 * time.Second, MaxPrivData: 256}
+	return Policy{Revision: 2, RTR: rtrWrite | rtrRead, Timeout: 10 * time.Second, MaxPrivData: 256,
+		RNRTimeout: DefaultRNRTimeout}
 }
 
 // PolicyFromEnv reads the GOIWARP_* variables above over DefaultPolicy.
@@ -142,6 +154,21 @@ func PolicyFromEnv() Policy {
 			return false
 		}
 		p.Timeout = d
+		return true
+	})
+	env("GOIWARP_RNR_TIMEOUT", func(v string) bool {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			n, err2 := strconv.ParseFloat(v, 64)
+			if err2 != nil {
+				return false
+			}
+			d = time.Duration(n * float64(time.Second))
+		}
+		if d < 0 {
+			return false
+		}
+		p.RNRTimeout = d
 		return true
 	})
 	env("GOIWARP_MPA_PDMAX", func(v string) bool {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,10 @@ const rxBufSize = 4096
 var (
 	errAgain = errors.New("goiwarp: socket empty")
 	errDead  = errors.New("goiwarp: endpoint down")
+	// errRNRWait: a Send or Immediate Data found no receive buffer; the
+	// receive path stops reading and waits for one (bounded by the RNR
+	// timeout).
+	errRNRWait = errors.New("goiwarp: waiting for a receive buffer")
 )
 
 // sys reads from the socket without blocking: n > 0, or an error
@@ -266,10 +271,24 @@ type rxState struct {
 
 	ctl  func(fd uintptr) // bound once: the poller's body under RawConn.Control
 	prog bool             // result of ctl
+
+	// Receiver not ready: the current FPDU's header is parsed and it needs
+	// a receive buffer that is not posted yet. rnrSince is when the wait
+	// began; rnrWait says the last pump stopped for it.
+	rnrTimeout time.Duration
+	rnrSince   time.Time
+	rnrWait    bool
+	// rnrKick: a poller stopped for a receive buffer and woke the RX
+	// goroutine (read deadline) so that it waits for the buffer (and the
+	// timeout) even if nobody polls any more.
+	rnrKick atomic.Bool
 }
 
 func (e *Endpoint) startRX() {
-	rx := &rxState{e: e, msn: [5]uint32{1, 1, 1, 1, 1}, atomicMSN: 1}
+	rx := &rxState{e: e, msn: [5]uint32{1, 1, 1, 1, 1}, atomicMSN: 1, rnrTimeout: DefaultRNRTimeout}
+	if e.pol != nil {
+		rx.rnrTimeout = e.pol.RNRTimeout
+	}
 	rx.rd = rxReader{buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx}
 	rx.ctl = func(fd uintptr) { rx.prog = rx.pump(fd) }
 	e.rx.Store(rx)
@@ -287,7 +306,8 @@ func (rx *rxState) pump(fd uintptr) bool {
 	pos, nread := rx.rd.pos, rx.rd.nread
 	ti, err := rx.step()
 	rx.rd.fd = -1
-	if err == errAgain {
+	rx.rnrWait = err == errRNRWait
+	if err == errAgain || err == errRNRWait {
 		return rx.rd.pos != pos || rx.rd.nread != nread
 	}
 	rx.ended = true
@@ -335,7 +355,11 @@ func (e *Endpoint) Progress(recv bool) bool {
 	rx.prog = false
 	_ = e.rc.Control(rx.ctl)
 	did, ended := did || rx.prog, rx.ended
+	rnr := rx.rnrWait && !ended
 	rx.tok.Unlock()
+	if rnr && !rx.rnrKick.Swap(true) {
+		_ = e.c.SetReadDeadline(time.Now())
+	}
 	if ended && did {
 		// Wake the RX goroutine to close the stream.
 		_ = e.c.SetReadDeadline(time.Now())
@@ -348,13 +372,37 @@ func (rx *rxState) loop() {
 	defer close(e.rxDone)
 	ended := false
 	for !ended {
+		var rnr bool
+		var since time.Time
 		err := e.rc.Read(func(fd uintptr) bool {
 			rx.tok.Lock()
 			rx.pump(fd)
 			ended = rx.ended
+			rnr, since = rx.rnrWait && !ended, rx.rnrSince
 			rx.tok.Unlock()
-			return ended
+			return ended || rnr
 		})
+		if err == nil && rnr {
+			// Stop reading (TCP back-pressure) until a receive is posted
+			// or the RNR timeout passes; the next pump retries (and
+			// Terminates once the time is up).
+			rx.waitRecv(since)
+			continue
+		}
+		if err != nil && !ended && rx.rnrKick.Swap(false) && errors.Is(err, os.ErrDeadlineExceeded) {
+			// A poller's wake-up (see Progress), not the end of the stream.
+			rx.tok.Lock()
+			over := rx.ended
+			rx.tok.Unlock()
+			if !over && !e.dead.Load() {
+				_ = e.c.SetReadDeadline(time.Time{})
+				if e.dead.Load() {
+					// fail bounded the reads meanwhile: keep a bound.
+					_ = e.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				}
+				continue
+			}
+		}
 		if err != nil && !ended {
 			rx.tok.Lock()
 			ended = rx.ended
@@ -385,6 +433,23 @@ func (rx *rxState) flushCur() {
 	rx.cur.release()
 	if !rx.e.gone.Load() {
 		rx.e.completeRecv(&rqe, verbs.CQE{Status: verbs.WCWRFlushErr, Opcode: verbs.WCOpRecv}, false)
+	}
+}
+
+// waitRecv waits for a receive to be posted, at most until the RNR
+// timeout counted from since, or until the endpoint closes.
+func (rx *rxState) waitRecv(since time.Time) {
+	e := rx.e
+	left := rx.rnrTimeout - time.Since(since)
+	if left <= 0 || e.dead.Load() || e.qp.ArmRecvWait() {
+		return
+	}
+	tm := time.NewTimer(left)
+	defer tm.Stop()
+	select {
+	case <-e.qp.RecvWake():
+	case <-tm.C:
+	case <-e.quit:
 	}
 }
 
@@ -462,8 +527,22 @@ func (rx *rxState) step() (*termInfo, error) {
 			rx.n = rx.ulen - rx.hl
 			rx.nseg, rx.segi, rx.sgot, rx.post = 0, 0, 0, postNone
 			if werr := rx.begin(rx.n); werr != nil {
-				return rx.termFor(werr, rx.hl)
+				if werr != errRNR {
+					return rx.termFor(werr, rx.hl)
+				}
+				// No receive buffer: wait for one with the header read
+				// (the next pump parses it again), or give up.
+				now := time.Now()
+				if rx.rnrSince.IsZero() {
+					rx.rnrSince = now
+				}
+				if now.Sub(rx.rnrSince) < rx.rnrTimeout {
+					return nil, errRNRWait
+				}
+				rx.rnrSince = time.Time{}
+				return rx.termFor(errNoBuffer, rx.hl)
 			}
+			rx.rnrSince = time.Time{}
 			rx.phase = phPay
 		case phPay:
 			for rx.segi < rx.nseg {
@@ -597,6 +676,7 @@ func rdmapProt(err error) *wire.Error {
 
 var (
 	errNoBuffer  = &wire.Error{Layer: wire.LayerDDP, Type: wire.DDPErrUntaggedBuffer, Code: wire.DDPCodeUntaggedNoBuffer, Reason: "no receive buffer posted"}
+	errRNR       = &wire.Error{Layer: wire.LayerDDP, Type: wire.DDPErrUntaggedBuffer, Code: wire.DDPCodeUntaggedNoBuffer, Reason: "no receive buffer posted (yet)"} // begin: wait or Terminate
 	errMSN       = &wire.Error{Layer: wire.LayerDDP, Type: wire.DDPErrUntaggedBuffer, Code: wire.DDPCodeUntaggedMSNRange, Reason: "MSN out of range"}
 	errMO        = &wire.Error{Layer: wire.LayerDDP, Type: wire.DDPErrUntaggedBuffer, Code: wire.DDPCodeUntaggedInvalidMO, Reason: "unexpected MO"}
 	errTooLong   = &wire.Error{Layer: wire.LayerDDP, Type: wire.DDPErrUntaggedBuffer, Code: wire.DDPCodeUntaggedTooLong, Reason: "message too long for the receive buffer"}
@@ -664,7 +744,7 @@ func (rx *rxState) begin(n int) *wire.Error {
 		}
 		rqe, ok := e.qp.TakeRecv()
 		if !ok {
-			return errNoBuffer
+			return rx.noRecv()
 		}
 		rx.msn[wire.QNSend]++
 		var b [8]byte
@@ -772,6 +852,15 @@ func (rx *rxState) begin(n int) *wire.Error {
 	return errUnexpOp
 }
 
+// noRecv is begin's answer when a message needs a receive buffer and none
+// is posted: wait for one (errRNR) unless the RNR timeout is 0.
+func (rx *rxState) noRecv() *wire.Error {
+	if rx.rnrTimeout > 0 {
+		return errRNR
+	}
+	return errNoBuffer
+}
+
 func doAtomic(p *uint64, h *wire.Header) uint64 {
 	switch h.AtomicOp {
 	case wire.AtomicFetchAdd:
@@ -807,7 +896,7 @@ func (rx *rxState) untagged(n int) *wire.Error {
 		}
 		rqe, ok := e.qp.TakeRecv()
 		if !ok {
-			return errNoBuffer
+			return rx.noRecv()
 		}
 		*cur = rxMsg{active: true, rqe: rqe, msn: h.MSN}
 		for _, s := range rqe.SGEs() {

@@ -78,7 +78,8 @@ type ringHdr struct {
 	State     uint32
 	Overflow  uint32
 	Active    uint32 // CQ rings: QPs with a connection completing here
-	_         [36]byte
+	RNRWait   uint32 // RQ/SRQ rings: the engine waits for a receive (post_recv calls in)
+	_         [32]byte
 }
 
 // Values of enum ibv_wr_opcode.

@@ -87,6 +87,10 @@ type QP struct {
 	sqMu   sync.Mutex
 	sqNext uint32
 	sqDone []sqResult
+
+	// recvWake is signalled when a receive is posted while the receive
+	// path waits for one (ArmRecvWait).
+	recvWake chan struct{}
 }
 
 type sqResult struct {
@@ -115,7 +119,7 @@ func (c *Context) CreateQP(in QPInit) (*QP, error) {
 	}
 	qp := &QP{Ctx: c, PD: in.PD, Num: qpNumbers.Add(1), SendCQ: in.SendCQ, RecvCQ: in.RecvCQ,
 		SRQ: in.SRQ, SQ: sq, SigAll: in.SigAll, Cookie: in.Cookie,
-		sqDone: make([]sqResult, sq.Size())}
+		sqDone: make([]sqResult, sq.Size()), recvWake: make(chan struct{}, 1)}
 	if in.SRQ != nil {
 		in.SRQ.attach(qp)
 	}
@@ -445,13 +449,54 @@ func (qp *QP) flushRecv() {
 	}
 }
 
-// PostRecvDoorbell is capi's call after post_recv on a QP in ERR: receives
-// posted to an errored QP complete at once with a flush error.
+// PostRecvDoorbell is capi's call after post_recv on a QP in ERR, or on one
+// whose receive path waits for a receive (the ring's RNRWait flag was set):
+// receives posted to an errored QP complete at once with a flush error; a
+// waiting receive path is woken.
 func (qp *QP) PostRecvDoorbell() {
 	if qp.State() == QPSErr {
 		qp.flushRecv()
 	}
+	qp.wakeRecv()
 }
+
+func (qp *QP) wakeRecv() {
+	select {
+	case qp.recvWake <- struct{}{}:
+	default:
+	}
+}
+
+func (qp *QP) recvRing() *Ring {
+	if qp.SRQ != nil {
+		return qp.SRQ.Ring
+	}
+	return qp.RQ
+}
+
+// ArmRecvWait is the receive path's announcement that it waits for a
+// receive: it sets the ring's RNRWait flag (post_recv then rings the receive
+// doorbell) and reports whether a receive is there already, in which case
+// the caller does not wait. The flag is set before prod is read and
+// post_recv publishes prod before it swaps the flag (all sequentially
+// consistent): a receive posted meanwhile is never missed.
+func (qp *QP) ArmRecvWait() bool {
+	r := qp.recvRing()
+	if r == nil {
+		return false
+	}
+	atomic.StoreUint32(&r.hdr.RNRWait, 1)
+	if r.prod() != r.cons() {
+		if qp.SRQ == nil {
+			atomic.StoreUint32(&r.hdr.RNRWait, 0)
+		}
+		return true
+	}
+	return false
+}
+
+// RecvWake is signalled after ArmRecvWait when a receive was posted.
+func (qp *QP) RecvWake() <-chan struct{} { return qp.recvWake }
 
 func (qp *QP) resetQueues() {
 	qp.sqMu.Lock()

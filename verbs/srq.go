@@ -96,5 +96,15 @@ func (s *SRQ) take() (RQE, bool) {
 	return e, true
 }
 
+// PostDoorbell is capi's call after post_srq_recv found the RNRWait flag
+// set: it wakes the receive paths of the QPs using the SRQ.
+func (s *SRQ) PostDoorbell() {
+	s.mu.Lock()
+	for qp := range s.qps {
+		qp.wakeRecv()
+	}
+	s.mu.Unlock()
+}
+
 // Destroy frees the ring.
 func (s *SRQ) Destroy() { s.Ring.free() }

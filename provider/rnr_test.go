@@ -1,0 +1,85 @@
+package provider
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/goiwarp/goiwarp/verbs"
+	"github.com/stretchr/testify/require"
+)
+
+// A Send that arrives before its receive is posted waits for it (the
+// receive path stops reading) instead of Terminating at once, as long as
+// the receive comes within the RNR timeout; later Sends queue behind it.
+func TestRNRWaitsForReceive(t *testing.T) {
+	for _, imm := range []bool{false, true} {
+		p := connectPair(t, pairOpts{})
+		c, s := p.cli, p.srv
+		const n = 200 << 10
+		src, smr := c.mem(n, 0)
+		dst, dmr := s.mem(2*n, verbs.AccessRemoteWrite)
+		fill(src, 3)
+		for i := uint64(1); i <= 3; i++ {
+			w := sqe(i, verbs.WRSend, verbs.SendSignaled, sge(smr, src, 0, n))
+			if imm {
+				w = sqe(i, verbs.WRRDMAWriteWithImm, verbs.SendSignaled, sge(smr, src, 0, n))
+				w.RKey, w.RemoteAddr, w.ImmInv = dmr.STag, addr(dst, n), uint32(i)
+			}
+			c.postSend(w)
+		}
+		time.Sleep(300 * time.Millisecond)
+		require.True(t, cqEmpty(s.rcq))
+		require.Equal(t, verbs.QPSRTS, s.qp.State(), "Terminated instead of waiting")
+		for i := uint64(1); i <= 3; i++ {
+			s.postRecv(rqe(10+i, sge(dmr, dst, 0, n)))
+			rc := pollCQ(t, s.rcq, to)
+			require.EqualValues(t, verbs.WCSuccess, rc.Status)
+			require.EqualValues(t, 10+i, rc.WRID)
+			require.EqualValues(t, n, rc.ByteLen)
+			time.Sleep(50 * time.Millisecond)
+		}
+		for i := uint64(1); i <= 3; i++ {
+			cq := pollCQ(t, c.scq, to)
+			require.EqualValues(t, verbs.WCSuccess, cq.Status)
+		}
+		if imm {
+			require.True(t, bytes.Equal(src, dst[n:]))
+		} else {
+			require.True(t, bytes.Equal(src, dst[:n]))
+		}
+	}
+}
+
+// Past the RNR timeout (or with a timeout of 0, at once, as siw) the Send
+// is Terminated: DDP untagged buffer error, no buffer.
+func TestRNRTimeout(t *testing.T) {
+	for _, d := range []time.Duration{0, 200 * time.Millisecond} {
+		pol := DefaultPolicy()
+		pol.RNRTimeout = d
+		p := connectPair(t, pairOpts{cliPol: pol, srvPol: pol})
+		c, s := p.cli, p.srv
+		src, smr := c.mem(4096, 0)
+		start := time.Now()
+		c.postSend(sqe(1, verbs.WRSend, verbs.SendSignaled, sge(smr, src, 0, 100)))
+		s.wait(Disconnected, to)
+		took := time.Since(start)
+		require.GreaterOrEqual(t, took, d)
+		require.Less(t, took, d+2*time.Second)
+		require.Equal(t, verbs.QPSErr, s.qp.State())
+		c.wait(Disconnected, to)
+		// DDP untagged buffer error (no buffer): a request error here,
+		// and the peer got a Terminate.
+		require.Equal(t, verbs.EventQPReqErr, asyncEvent(t, s.ctx, 2*time.Second))
+		require.Equal(t, verbs.EventQPFatal, asyncEvent(t, c.ctx, 2*time.Second))
+	}
+}
+
+func TestRNRTimeoutEnv(t *testing.T) {
+	t.Setenv("GOIWARP_RNR_TIMEOUT", "0")
+	require.Equal(t, time.Duration(0), PolicyFromEnv().RNRTimeout)
+	t.Setenv("GOIWARP_RNR_TIMEOUT", "250ms")
+	require.Equal(t, 250*time.Millisecond, PolicyFromEnv().RNRTimeout)
+	t.Setenv("GOIWARP_RNR_TIMEOUT", "")
+	require.Equal(t, DefaultRNRTimeout, PolicyFromEnv().RNRTimeout)
+}
