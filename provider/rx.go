@@ -576,6 +576,7 @@ func (rx *rxState) step() (*termInfo, error) {
 			if rd.crcOn && wire.GetCRC(rx.tr[4:]) != rd.crc {
 				return rx.termFor(wire.ErrMPACRC, rx.hl)
 			}
+			e.ctr.AddRx(1, rd.pos-rd.fstart)
 			if e.awaitRTR.Load() {
 				e.established()
 			}
@@ -995,6 +996,7 @@ func (t *termError) Error() string {
 // gotTerminate completes the affected request and takes the QP down.
 func (rx *rxState) gotTerminate() error {
 	e := rx.e
+	e.ctr.TermRecv()
 	f, err := wire.ParseTerminate(rx.termBody[:rx.termLen])
 	if err != nil {
 		f = wire.TerminateFields{TermControl: wire.TermControl{Layer: wire.LayerRDMAP, Type: wire.RDMAPErrRemoteOperation}}

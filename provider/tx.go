@@ -770,6 +770,7 @@ func (t *txState) frameSegment(m *txMsg) {
 	t.iov = append(t.iov, crcb)
 	t.queued += 4
 	t.spos += 4
+	t.e.ctr.AddTx(1, 0)
 }
 
 // piece adds bytes of the current FPDU (before its CRC) to the batch,
@@ -891,6 +892,7 @@ func (t *txState) writeFD(fd uintptr) {
 				return
 			}
 			t.advance(int(n))
+			t.e.ctr.AddTx(0, uint64(n))
 			if testAfterWrite != nil {
 				testAfterWrite(t.e)
 			}
@@ -944,6 +946,7 @@ func (t *txState) finish(m *txMsg) {
 	case kindReadResp, kindAtomicResp:
 		t.freeIRD(m) // normally done when framed
 	case kindTerm:
+		t.e.ctr.TermSent()
 		t.finSent = true
 		if c := t.e.c; c != nil {
 			_ = c.CloseWrite()
