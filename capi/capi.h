@@ -88,7 +88,7 @@ struct gcapi_limits {
 	uint32_t max_srq, max_srq_wr, max_ird, max_ord, max_sge, max_inline;
 	uint64_t max_mr_size, max_msg_size, page_size_cap;
 };
-extern struct gcapi_limits gcapi_limits;
+const struct gcapi_limits *gcapi_dev_limits(void);
 
 struct gcapi_device {
 	struct ibv_device dev;
@@ -195,6 +195,15 @@ static inline void *gcapi_errp(int e)
 	errno = e;
 	return NULL;
 }
+
+/* The name of enum value i in a designated-initializer table, fallback for a
+ * value outside the table or a hole in it: the value comes from the caller. */
+static inline const char *gcapi_name(const char *const *tab, size_t n, long i,
+				     const char *fallback)
+{
+	return i >= 0 && (size_t)i < n && tab[i] ? tab[i] : fallback;
+}
+#define GCAPI_NAME(tab, i, fallback) gcapi_name(tab, sizeof(tab) / sizeof((tab)[0]), i, fallback)
 
 /* Handles for the rdmacm glue and the giw_* extensions. */
 uintptr_t gcapi_context_handle(struct ibv_context *ctx);

@@ -10,18 +10,18 @@
 #include "capi.h"
 #include "_cgo_export.h"
 
-struct gcapi_limits gcapi_limits;
+static struct gcapi_limits limits;
 static pthread_once_t limits_once = PTHREAD_ONCE_INIT;
 
 static void load_limits(void)
 {
-	goVerbsLimits(&gcapi_limits);
+	goVerbsLimits(&limits);
 }
 
-static const struct gcapi_limits *limits(void)
+const struct gcapi_limits *gcapi_dev_limits(void)
 {
 	pthread_once(&limits_once, load_limits);
-	return &gcapi_limits;
+	return &limits;
 }
 
 /* ---- device table ------------------------------------------------------ */
@@ -297,7 +297,7 @@ struct ibv_context *gcapi_open_device_by_name(const char *name)
 
 int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *a)
 {
-	const struct gcapi_limits *l = limits();
+	const struct gcapi_limits *l = gcapi_dev_limits();
 	const struct gcapi_devinfo *info;
 
 	if (!ctx || !a)
@@ -383,7 +383,7 @@ static int fill_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr
 	a->active_mtu = mtu_enum(info->mtu);
 	a->gid_tbl_len = 1;
 	a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_DEVICE_MGMT_SUP | IBV_PORT_VENDOR_CLASS_SUP;
-	a->max_msg_sz = (uint32_t)limits()->max_msg_size;
+	a->max_msg_sz = (uint32_t)gcapi_dev_limits()->max_msg_size;
 	a->pkey_tbl_len = 1;
 	a->lmc = 0;
 	a->max_vl_num = 1;
@@ -623,9 +623,7 @@ const char *ibv_node_type_str(enum ibv_node_type t)
 		[IBV_NODE_USNIC_UDP] = "usNIC UDP",
 		[IBV_NODE_UNSPECIFIED] = "unspecified",
 	};
-	if (t < IBV_NODE_CA || t > IBV_NODE_UNSPECIFIED || !s[t])
-		return "unknown";
-	return s[t];
+	return GCAPI_NAME(s, t, "unknown");
 }
 
 const char *ibv_port_state_str(enum ibv_port_state st)
@@ -638,9 +636,7 @@ const char *ibv_port_state_str(enum ibv_port_state st)
 		[IBV_PORT_ACTIVE] = "active",
 		[IBV_PORT_ACTIVE_DEFER] = "active defer",
 	};
-	if (st < IBV_PORT_NOP || st > IBV_PORT_ACTIVE_DEFER)
-		return "unknown";
-	return s[st];
+	return GCAPI_NAME(s, st, "unknown");
 }
 
 const char *ibv_event_type_str(enum ibv_event_type ev)
@@ -667,9 +663,7 @@ const char *ibv_event_type_str(enum ibv_event_type ev)
 		[IBV_EVENT_GID_CHANGE] = "GID table change",
 		[IBV_EVENT_WQ_FATAL] = "WQ fatal",
 	};
-	if (ev < IBV_EVENT_CQ_ERR || ev > IBV_EVENT_WQ_FATAL)
-		return "unknown";
-	return s[ev];
+	return GCAPI_NAME(s, ev, "unknown");
 }
 
 const char *ibv_wc_status_str(enum ibv_wc_status st)
@@ -700,9 +694,7 @@ const char *ibv_wc_status_str(enum ibv_wc_status st)
 		[IBV_WC_TM_ERR] = "TM error",
 		[IBV_WC_TM_RNDV_INCOMPLETE] = "TM software rendezvous",
 	};
-	if (st < IBV_WC_SUCCESS || st > IBV_WC_TM_RNDV_INCOMPLETE)
-		return "unknown";
-	return s[st];
+	return GCAPI_NAME(s, st, "unknown");
 }
 
 /* ---- static rate conversions ------------------------------------------- */

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"runtime/cgo"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/goiwarp/goiwarp/verbs"
 	"golang.org/x/sys/unix"
@@ -103,5 +102,3 @@ func ringPtr(r *verbs.Ring) *C.struct_giw_ring {
 	}
 	return (*C.struct_giw_ring)(r.Base())
 }
-
-var _ = unsafe.Pointer(nil)

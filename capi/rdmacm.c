@@ -34,20 +34,21 @@ static struct gcm_devpd {
 	struct ibv_context *verbs;
 	struct ibv_pd *pd;
 } gcm_devpds[64];
+#define GCM_NDEVPDS (sizeof(gcm_devpds) / sizeof(gcm_devpds[0]))
 
 /* The device's default PD, as librdmacm's cma_dev->pd. */
 static struct ibv_pd *gcm_default_pd(struct ibv_context *verbs)
 {
 	struct ibv_pd *pd = NULL;
-	int i;
+	size_t i;
 
 	pthread_mutex_lock(&gcm_dev_lock);
-	for (i = 0; i < 64 && gcm_devpds[i].verbs; i++)
+	for (i = 0; i < GCM_NDEVPDS && gcm_devpds[i].verbs; i++)
 		if (gcm_devpds[i].verbs == verbs) {
 			pd = gcm_devpds[i].pd;
 			goto out;
 		}
-	if (i < 64) {
+	if (i < GCM_NDEVPDS) {
 		pd = ibv_alloc_pd(verbs);
 		if (pd) {
 			gcm_devpds[i].verbs = verbs;
@@ -241,9 +242,16 @@ const char *rdma_event_str(enum rdma_cm_event_type event)
 		"RDMA_CM_EVENT_ADDR_CHANGE", "RDMA_CM_EVENT_TIMEWAIT_EXIT",
 	};
 
-	if ((unsigned)event < sizeof(names) / sizeof(names[0]))
-		return names[event];
-	return "UNKNOWN EVENT";
+	return GCAPI_NAME(names, event, "UNKNOWN EVENT");
+}
+
+/* Acks the event a synchronous id still holds in id->event. */
+static void gcm_ack_held(struct rdma_cm_id *id)
+{
+	if (id->event) {
+		rdma_ack_cm_event(id->event);
+		id->event = NULL;
+	}
 }
 
 /* Synchronous mode: wait for the id's event (librdmacm's ucma_complete). */
@@ -254,10 +262,7 @@ static int gcm_complete(struct rdma_cm_id *id)
 
 	if (!g->sync)
 		return 0;
-	if (id->event) {
-		rdma_ack_cm_event(id->event);
-		id->event = NULL;
-	}
+	gcm_ack_held(id);
 	ret = rdma_get_cm_event(id->channel, &id->event);
 	if (ret)
 		return ret;
@@ -313,10 +318,7 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 	if (!id)
 		return gcm_err(EINVAL);
 	goCMCloseID(g->h, id->qp != NULL);
-	if (id->event) {
-		rdma_ack_cm_event(id->event);
-		id->event = NULL;
-	}
+	gcm_ack_held(id);
 	goCMFreeID(g->h);
 	if (g->sync)
 		rdma_destroy_event_channel(id->channel);
@@ -339,10 +341,8 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 		if (!channel)
 			return -1;
 	}
-	if (g->sync && id->event) {
-		rdma_ack_cm_event(id->event);
-		id->event = NULL;
-	}
+	if (g->sync)
+		gcm_ack_held(id);
 	e = goCMMigrate(g->h, ((struct gcm_channel *)channel)->h);
 	if (e) {
 		if (sync)
@@ -497,28 +497,25 @@ static void gcm_destroy_cqs(struct rdma_cm_id *id)
 	}
 }
 
+/* One CQ of the id with its own completion channel; the caller cleans up. */
+static int gcm_create_cq(struct rdma_cm_id *id, uint32_t size, struct ibv_comp_channel **channel,
+			 struct ibv_cq **cq)
+{
+	*channel = ibv_create_comp_channel(id->verbs);
+	if (!*channel)
+		return -1;
+	*cq = ibv_create_cq(id->verbs, size, id, *channel, 0);
+	return *cq ? 0 : -1;
+}
+
 static int gcm_create_cqs(struct rdma_cm_id *id, uint32_t send_size, uint32_t recv_size)
 {
-	if (recv_size) {
-		id->recv_cq_channel = ibv_create_comp_channel(id->verbs);
-		if (!id->recv_cq_channel)
-			goto err;
-		id->recv_cq = ibv_create_cq(id->verbs, recv_size, id, id->recv_cq_channel, 0);
-		if (!id->recv_cq)
-			goto err;
-	}
-	if (send_size) {
-		id->send_cq_channel = ibv_create_comp_channel(id->verbs);
-		if (!id->send_cq_channel)
-			goto err;
-		id->send_cq = ibv_create_cq(id->verbs, send_size, id, id->send_cq_channel, 0);
-		if (!id->send_cq)
-			goto err;
+	if ((recv_size && gcm_create_cq(id, recv_size, &id->recv_cq_channel, &id->recv_cq)) ||
+	    (send_size && gcm_create_cq(id, send_size, &id->send_cq_channel, &id->send_cq))) {
+		gcm_destroy_cqs(id);
+		return -1;
 	}
 	return 0;
-err:
-	gcm_destroy_cqs(id);
-	return -1;
 }
 
 int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
@@ -643,21 +640,6 @@ void rdma_destroy_srq(struct rdma_cm_id *id)
 
 /* ---- connections ---------------------------------------------------------- */
 
-/* Device limits (max_qp_init_rd_atom, max_qp_rd_atom), as librdmacm's cma_dev. */
-static pthread_once_t gcm_limits_once = PTHREAD_ONCE_INIT;
-static struct gcapi_limits gcm_lim;
-
-static void gcm_limits_init(void)
-{
-	goVerbsLimits(&gcm_lim);
-}
-
-static const struct gcapi_limits *gcm_limits(void)
-{
-	pthread_once(&gcm_limits_once, gcm_limits_init);
-	return &gcm_lim;
-}
-
 int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
 	struct gcm_addrs a;
@@ -671,6 +653,19 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 		return gcm_err(e);
 	gcm_apply(id, &a);
 	return 0;
+}
+
+/* An IRD or ORD for the MPA negotiation, bounded by the device's
+ * max_qp_rd_atom or max_qp_init_rd_atom as librdmacm bounds them: the value the
+ * application asked for, or else dflt (capped); -1 when it asked for more.
+ * Asking means a conn_param whose field is not the RDMA_MAX_* sentinel. */
+#define GCM_ASKED(p, field, sentinel) ((p) && (p)->field != (sentinel) ? (int)(p)->field : -1)
+
+static int gcm_depth(int asked, uint32_t dflt, uint32_t max)
+{
+	if (asked < 0)
+		return (int)(dflt < max ? dflt : max);
+	return (uint32_t)asked <= max ? asked : -1;
 }
 
 /* Private data for the MPA frame: the endpoint's stored connect data
@@ -696,6 +691,7 @@ static int gcm_pdata(struct gcm_id *g, struct rdma_conn_param *p, uint8_t *buf)
 
 int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
+	const struct gcapi_limits *lim;
 	struct gcm_id *g = gcm_id_of(id);
 	uint8_t pd[GCM_PDATA_MAX];
 	int ird, ord, n, e;
@@ -704,22 +700,13 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		return gcm_err(EINVAL);
 	if (!id->qp)
 		return gcm_err(EINVAL); /* iWARP connects a QP */
-	if (conn_param && conn_param->initiator_depth != RDMA_MAX_INIT_DEPTH) {
-		if (conn_param->initiator_depth > gcm_limits()->max_ord)
-			return gcm_err(EINVAL);
-		ord = conn_param->initiator_depth;
-	} else {
-		ord = gcm_limits()->max_ord;
-	}
-	if (conn_param && conn_param->responder_resources != RDMA_MAX_RESP_RES) {
-		if (conn_param->responder_resources > gcm_limits()->max_ird)
-			return gcm_err(EINVAL);
-		ird = conn_param->responder_resources;
-	} else {
-		ird = gcm_limits()->max_ird;
-	}
+	lim = gcapi_dev_limits();
+	ord = gcm_depth(GCM_ASKED(conn_param, initiator_depth, RDMA_MAX_INIT_DEPTH), lim->max_ord,
+			lim->max_ord);
+	ird = gcm_depth(GCM_ASKED(conn_param, responder_resources, RDMA_MAX_RESP_RES),
+			lim->max_ird, lim->max_ird);
 	n = gcm_pdata(g, conn_param, pd);
-	if (n < 0)
+	if (ord < 0 || ird < 0 || n < 0)
 		return gcm_err(EINVAL);
 	gcm_qp_to_init(id);
 	e = goCMConnect(g->h, id->qp, pd, n, ird, ord);
@@ -735,29 +722,21 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 
 int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
+	const struct gcapi_limits *lim;
 	struct gcm_id *g = gcm_id_of(id);
 	uint8_t pd[GCM_PDATA_MAX];
 	int ird, ord, n, e;
 
 	if (!id || !id->qp)
 		return gcm_err(EINVAL);
-	if (!conn_param || conn_param->initiator_depth == RDMA_MAX_INIT_DEPTH) {
-		ord = g->initiator_depth < gcm_limits()->max_ord ? g->initiator_depth : gcm_limits()->max_ord;
-	} else {
-		if (conn_param->initiator_depth > gcm_limits()->max_ord)
-			return gcm_err(EINVAL);
-		ord = conn_param->initiator_depth;
-	}
-	if (!conn_param || conn_param->responder_resources == RDMA_MAX_RESP_RES) {
-		ird = g->responder_resources < gcm_limits()->max_ird ? g->responder_resources
-								    : gcm_limits()->max_ird;
-	} else {
-		if (conn_param->responder_resources > gcm_limits()->max_ird)
-			return gcm_err(EINVAL);
-		ird = conn_param->responder_resources;
-	}
+	/* Unasked, the values of the connect request. */
+	lim = gcapi_dev_limits();
+	ord = gcm_depth(GCM_ASKED(conn_param, initiator_depth, RDMA_MAX_INIT_DEPTH),
+			g->initiator_depth, lim->max_ord);
+	ird = gcm_depth(GCM_ASKED(conn_param, responder_resources, RDMA_MAX_RESP_RES),
+			g->responder_resources, lim->max_ird);
 	n = gcm_pdata(g, conn_param, pd);
-	if (n < 0)
+	if (ord < 0 || ird < 0 || n < 0)
 		return gcm_err(EINVAL);
 	gcm_qp_to_init(id);
 	e = goCMAccept(g->h, id->qp, pd, n, ird, ord);

@@ -14,21 +14,13 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/goiwarp/goiwarp/provider"
 	"github.com/goiwarp/goiwarp/rdmacm"
 )
 
 // The librdmacm glue: every goCM* export converts its arguments, calls the
-// rdmacm package and returns an errno value (0 = success); rdmacm.c sets errno.
-
-func cmErrno(err error) C.int {
-	if err == nil {
-		return 0
-	}
-	return errnoOf(err)
-}
+// rdmacm package and returns an errno value (0 = success, errnoOf); rdmacm.c
+// sets errno.
 
 func cmChannel(h C.uintptr_t) *rdmacm.Channel { return handleValue[*rdmacm.Channel](h) }
 func cmID(h C.uintptr_t) *rdmacm.ID           { return handleValue[*rdmacm.ID](h) }
@@ -98,11 +90,16 @@ func cmBytes(p unsafe.Pointer, n C.int) []byte {
 	return C.GoBytes(p, n)
 }
 
+// cmConnParams is the private data and IRD/ORD of rdma_connect and rdma_accept.
+func cmConnParams(pd unsafe.Pointer, pdLen, ird, ord C.int) provider.ConnParams {
+	return provider.ConnParams{PrivateData: cmBytes(pd, pdLen), IRD: uint8(ird), ORD: uint8(ord)}
+}
+
 //export goCMCreateChannel
 func goCMCreateChannel(fd *C.int, h *C.uintptr_t) C.int {
 	ch, err := rdmacm.NewChannel()
 	if err != nil {
-		return cmErrno(err)
+		return errnoOf(err)
 	}
 	*fd = C.int(ch.FD())
 	*h = newHandle(ch)
@@ -166,7 +163,7 @@ func goCMCreateID(chh C.uintptr_t, ps C.int, cookie unsafe.Pointer, h *C.uintptr
 	}
 	id, err := rdmacm.NewID(ch, int(ps), nil)
 	if err != nil {
-		return cmErrno(err)
+		return errnoOf(err)
 	}
 	id.Cookie = cookie
 	id.Handle = uintptr(newHandle(id))
@@ -217,7 +214,7 @@ func goCMBind(h C.uintptr_t, sa *C.struct_sockaddr, out *C.struct_gcm_addrs) C.i
 		return C.EINVAL
 	}
 	if err := id.Bind(a); err != nil {
-		return cmErrno(err)
+		return errnoOf(err)
 	}
 	goCMQuery(h, out)
 	return 0
@@ -233,7 +230,7 @@ func goCMResolveAddr(h C.uintptr_t, src, dst *C.struct_sockaddr, timeoutMS C.int
 	if src != nil && s == nil {
 		return C.EINVAL
 	}
-	return cmErrno(id.ResolveAddr(s, d, time.Duration(timeoutMS)*time.Millisecond))
+	return errnoOf(id.ResolveAddr(s, d, time.Duration(timeoutMS)*time.Millisecond))
 }
 
 //export goCMResolveRoute
@@ -242,7 +239,7 @@ func goCMResolveRoute(h C.uintptr_t, timeoutMS C.int) C.int {
 	if id == nil {
 		return C.EINVAL
 	}
-	return cmErrno(id.ResolveRoute(time.Duration(timeoutMS) * time.Millisecond))
+	return errnoOf(id.ResolveRoute(time.Duration(timeoutMS) * time.Millisecond))
 }
 
 //export goCMListen
@@ -252,7 +249,7 @@ func goCMListen(h C.uintptr_t, backlog C.int, out *C.struct_gcm_addrs) C.int {
 		return C.EINVAL
 	}
 	if err := id.Listen(int(backlog)); err != nil {
-		return cmErrno(err)
+		return errnoOf(err)
 	}
 	goCMQuery(h, out)
 	return 0
@@ -264,8 +261,7 @@ func goCMConnect(h C.uintptr_t, qp *C.struct_ibv_qp, pd unsafe.Pointer, pdLen C.
 	if id == nil {
 		return C.EINVAL
 	}
-	p := provider.ConnParams{PrivateData: cmBytes(pd, pdLen), IRD: uint8(ird), ORD: uint8(ord)}
-	return cmErrno(id.Connect(qpOf(qp), p))
+	return errnoOf(id.Connect(qpOf(qp), cmConnParams(pd, pdLen, ird, ord)))
 }
 
 //export goCMAccept
@@ -274,8 +270,7 @@ func goCMAccept(h C.uintptr_t, qp *C.struct_ibv_qp, pd unsafe.Pointer, pdLen C.i
 	if id == nil {
 		return C.EINVAL
 	}
-	p := provider.ConnParams{PrivateData: cmBytes(pd, pdLen), IRD: uint8(ird), ORD: uint8(ord)}
-	return cmErrno(id.Accept(qpOf(qp), p))
+	return errnoOf(id.Accept(qpOf(qp), cmConnParams(pd, pdLen, ird, ord)))
 }
 
 //export goCMReject
@@ -284,7 +279,7 @@ func goCMReject(h C.uintptr_t, pd unsafe.Pointer, pdLen C.int) C.int {
 	if id == nil {
 		return C.EINVAL
 	}
-	return cmErrno(id.Reject(cmBytes(pd, pdLen)))
+	return errnoOf(id.Reject(cmBytes(pd, pdLen)))
 }
 
 // goCMDisconnect sets *pending when the id's closing event is still to come.
@@ -299,7 +294,7 @@ func goCMDisconnect(h C.uintptr_t, pending *C.int) C.int {
 	if p {
 		*pending = 1
 	}
-	return cmErrno(err)
+	return errnoOf(err)
 }
 
 //export goCMSetOption
@@ -311,7 +306,5 @@ func goCMSetOption(h C.uintptr_t, level, name C.int, val unsafe.Pointer, n C.siz
 	if n > 1<<16 {
 		return C.EINVAL
 	}
-	return cmErrno(id.SetOption(int(level), int(name), cmBytes(val, C.int(n))))
+	return errnoOf(id.SetOption(int(level), int(name), cmBytes(val, C.int(n))))
 }
-
-var _ = unix.EINVAL

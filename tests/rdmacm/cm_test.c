@@ -108,6 +108,13 @@ static int t_conn(const char *host, int n, int reject)
 		CHECK(rdma_connect(cid, &cp) == -1 && errno == EINVAL);
 		return 0;
 	}
+	/* Depths beyond the device's max_qp_init_rd_atom / max_qp_rd_atom (128). */
+	cp.initiator_depth = 129;
+	CHECK(rdma_connect(cid, &cp) == -1 && errno == EINVAL);
+	cp.initiator_depth = 1;
+	cp.responder_resources = 129;
+	CHECK(rdma_connect(cid, &cp) == -1 && errno == EINVAL);
+	cp.responder_resources = 1;
 	CHECK(rdma_connect(cid, &cp) == 0);
 	e = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
 	CHECK(e->listen_id == lid && e->param.conn.private_data_len == n);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 
 static int failures;
 
@@ -75,6 +76,14 @@ static void test_device(void)
 	CHECK(strcmp(ibv_port_state_str(IBV_PORT_ACTIVE), "active") == 0);
 	CHECK(strlen(ibv_wc_status_str(IBV_WC_WR_FLUSH_ERR)) > 0);
 	CHECK(strlen(ibv_event_type_str(IBV_EVENT_SRQ_LIMIT_REACHED)) > 0);
+	/* Out of the tables, below them, and a hole (node type 0). */
+	CHECK(strcmp(ibv_node_type_str(IBV_NODE_UNKNOWN), "unknown") == 0);
+	CHECK(strcmp(ibv_node_type_str((enum ibv_node_type)0), "unknown") == 0);
+	CHECK(strcmp(ibv_port_state_str((enum ibv_port_state)99), "unknown") == 0);
+	CHECK(strcmp(ibv_wc_status_str((enum ibv_wc_status)99), "unknown") == 0);
+	CHECK(strcmp(ibv_event_type_str((enum ibv_event_type)-1), "unknown") == 0);
+	CHECK(strcmp(rdma_event_str(RDMA_CM_EVENT_TIMEWAIT_EXIT), "RDMA_CM_EVENT_TIMEWAIT_EXIT") == 0);
+	CHECK(strcmp(rdma_event_str((enum rdma_cm_event_type)99), "UNKNOWN EVENT") == 0);
 
 	struct ibv_context *ctx = open_lo();
 	CHECK(ctx->num_comp_vectors == 1);
