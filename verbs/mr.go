@@ -110,14 +110,11 @@ func (mr *MR) Dereg() {
 	mrTable.Lock()
 	delete(mrTable.m, mr.STag)
 	mrTable.Unlock()
-	mr.mu.Lock()
-	mr.dead = true
-	for mr.inflight > 0 {
-		mr.idle.Wait()
-	}
-	mr.mu.Unlock()
+	mr.quiesce()
 }
 
+// quiesce refuses new placements into the region (dead) and waits for those
+// in flight; resume lets them in again (Rereg).
 func (mr *MR) quiesce() {
 	mr.mu.Lock()
 	mr.dead = true
