@@ -16,12 +16,6 @@
 #include "rdmacm.h"
 #include "_cgo_export.h"
 
-static int gcm_err(int e)
-{
-	errno = e;
-	return -1;
-}
-
 static int gcm_ret(int e)
 {
 	return e ? gcm_err(e) : 0;
@@ -112,15 +106,12 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 	struct gcm_channel *ch = calloc(1, sizeof(*ch));
 	int fd = -1, e;
 
-	if (!ch) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!ch)
+		return gcapi_errp(ENOMEM);
 	e = goCMCreateChannel(&fd, &ch->h);
 	if (e) {
 		free(ch);
-		errno = e;
-		return NULL;
+		return gcapi_errp(e);
 	}
 	ch->ch.fd = fd;
 	return &ch->ch;

@@ -10,6 +10,7 @@
 #ifndef GCM_RDMACM_H
 #define GCM_RDMACM_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -56,6 +57,13 @@ struct gcm_evinfo {
 	uint8_t pdata[GCM_PDATA_MAX];
 	struct gcm_addrs addrs;
 };
+
+/* The rdma_* error convention: -1 with errno set (verbs return the errno). */
+static inline int gcm_err(int e)
+{
+	errno = e;
+	return -1;
+}
 
 static inline struct gcm_id *gcm_id_of(struct rdma_cm_id *id)
 {

@@ -13,12 +13,6 @@
 #include "capi.h"
 #include "rdmacm.h"
 
-static int gcm_seterr(int e)
-{
-	errno = e;
-	return -1;
-}
-
 /* ---- endpoints ------------------------------------------------------------ */
 
 int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
@@ -29,7 +23,7 @@ int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv
 	int ret;
 
 	if (!id || !res)
-		return gcm_seterr(EINVAL);
+		return gcm_err(EINVAL);
 	ret = rdma_create_id(NULL, &cm_id, NULL, res->ai_port_space);
 	if (ret)
 		return ret;
@@ -43,7 +37,7 @@ int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv
 		if (qp_init_attr) {
 			g->qp_init_attr = malloc(sizeof(*qp_init_attr));
 			if (!g->qp_init_attr) {
-				ret = gcm_seterr(ENOMEM);
+				ret = gcm_err(ENOMEM);
 				goto err;
 			}
 			*g->qp_init_attr = *qp_init_attr;
@@ -66,7 +60,7 @@ int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv
 	if (res->ai_connect_len) {
 		g->connect = malloc(res->ai_connect_len);
 		if (!g->connect) {
-			ret = gcm_seterr(ENOMEM);
+			ret = gcm_err(ENOMEM);
 			goto err;
 		}
 		memcpy(g->connect, res->ai_connect, res->ai_connect_len);
@@ -96,7 +90,7 @@ int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 	int ret;
 
 	if (!listen || !id || !g->sync)
-		return gcm_seterr(EINVAL);
+		return gcm_err(EINVAL);
 	if (listen->event) {
 		rdma_ack_cm_event(listen->event);
 		listen->event = NULL;
@@ -105,11 +99,11 @@ int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 	if (ret)
 		return ret;
 	if (event->status) {
-		ret = gcm_seterr(event->status < 0 ? -event->status : event->status);
+		ret = gcm_err(event->status < 0 ? -event->status : event->status);
 		goto err;
 	}
 	if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-		ret = gcm_seterr(EINVAL);
+		ret = gcm_err(EINVAL);
 		goto err;
 	}
 	if (g->qp_init_attr) {
@@ -167,9 +161,9 @@ int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_ad
 	int r;
 
 	if (!res)
-		return gcm_seterr(EINVAL);
+		return gcm_err(EINVAL);
 	if (ps != RDMA_PS_TCP && ps != RDMA_PS_IB)
-		return gcm_seterr(EPROTONOSUPPORT); /* iWARP: TCP only */
+		return gcm_err(EPROTONOSUPPORT); /* iWARP: TCP only */
 	memset(&ahints, 0, sizeof(ahints));
 	ahints.ai_socktype = SOCK_STREAM;
 	ahints.ai_protocol = IPPROTO_TCP;
@@ -185,7 +179,7 @@ int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_ad
 		struct rdma_addrinfo *rai = calloc(1, sizeof(*rai));
 
 		if (!rai || !hints)
-			return free(rai), gcm_seterr(rai ? EINVAL : ENOMEM);
+			return free(rai), gcm_err(rai ? EINVAL : ENOMEM);
 		rai->ai_flags = flags;
 		rai->ai_family = hints->ai_family;
 		rai->ai_qp_type = qpt;
@@ -204,7 +198,7 @@ int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_ad
 
 	r = getaddrinfo(node, service, &ahints, &ai);
 	if (r)
-		return gcm_seterr(gcm_ai_error(r));
+		return gcm_err(gcm_ai_error(r));
 	for (cur = ai; cur; cur = cur->ai_next) {
 		struct rdma_addrinfo *rai;
 
@@ -241,13 +235,13 @@ int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_ad
 	}
 	freeaddrinfo(ai);
 	if (!head)
-		return gcm_seterr(EADDRNOTAVAIL);
+		return gcm_err(EADDRNOTAVAIL);
 	*res = head;
 	return 0;
 nomem:
 	freeaddrinfo(ai);
 	rdma_freeaddrinfo(head);
-	return gcm_seterr(ENOMEM);
+	return gcm_err(ENOMEM);
 }
 
 void rdma_freeaddrinfo(struct rdma_addrinfo *res)
@@ -281,8 +275,7 @@ struct ibv_context **rdma_get_devices(int *num_devices)
 	if (!list) {
 		if (devs)
 			ibv_free_device_list(devs);
-		errno = ENOMEM;
-		return NULL;
+		return gcapi_errp(ENOMEM);
 	}
 	for (i = 0; i < n; i++) {
 		struct ibv_context *c = gcapi_open_device_by_name(ibv_get_device_name(devs[i]));
