@@ -9,6 +9,8 @@ import (
 )
 
 // iwarpEngine is the provider's iWARP engine behind the Engine interface.
+// Connect and Accept return a nil Endpoint on error, not a nil
+// *provider.Endpoint inside a non-nil interface: hence the explicit checks.
 type iwarpEngine struct{}
 
 func (iwarpEngine) Connect(qp *verbs.QP, laddr, raddr *net.TCPAddr, p provider.ConnParams,

@@ -478,6 +478,21 @@ static inline int giw_stale(struct giw_ctx *x, const struct ibv_wc *wc)
 	return 1;
 }
 
+/* Takes one completion of the recv CQ into *wc: 1, or 0 when there is none
+ * (or only a stale one). Any error status is fatal. */
+static inline int giw_poll_recv_one(struct giw_ctx *x, struct ibv_wc *wc)
+{
+	int n = ibv_poll_cq(x->rcq, 1, wc);
+	if (n < 0)
+		giw_die("ibv_poll_cq(recv): %d", n);
+	if (n == 0 || giw_stale(x, wc))
+		return 0;
+	if (wc->status != IBV_WC_SUCCESS)
+		giw_die("recv CQ: completion error: %s (status %d, vendor_err %#x)", ibv_wc_status_str(wc->status),
+			wc->status, wc->vendor_err);
+	return 1;
+}
+
 /* Retires completions of the send CQ; data WRs update ccnt from their wr_id,
  * control writes ctrl_out. Any error status is fatal. */
 static inline int giw_poll_send(struct giw_ctx *x)

@@ -318,14 +318,8 @@ static inline void giw_wait_send_room(struct giw_ctx *x, const struct giw_opts *
 static inline int giw_lat_recv(struct giw_ctx *x, const struct giw_opts *o)
 {
 	struct ibv_wc wc;
-	int n = ibv_poll_cq(x->rcq, 1, &wc);
-	if (n < 0)
-		giw_die("ibv_poll_cq(recv): %d", n);
-	if (n == 0 || giw_stale(x, &wc))
+	if (!giw_poll_recv_one(x, &wc))
 		return 0;
-	if (wc.status != IBV_WC_SUCCESS)
-		giw_die("recv CQ: completion error: %s (status %d, vendor_err %#x)", ibv_wc_status_str(wc.status),
-			wc.status, wc.vendor_err);
 	struct giw_conn *c = &x->conns[0];
 	c->rcnt++;
 	giw_post_recv(c, 0, (uint32_t)giw_max_size(o));

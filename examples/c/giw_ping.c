@@ -74,14 +74,8 @@ static int poll_msg(struct giw_ctx *x, uint64_t *iter)
 {
 	struct giw_conn *c = &x->conns[0];
 	struct ibv_wc wc;
-	int n = ibv_poll_cq(x->rcq, 1, &wc);
-	if (n < 0)
-		giw_die("ibv_poll_cq(recv): %d", n);
-	if (n == 0 || giw_stale(x, &wc))
+	if (!giw_poll_recv_one(x, &wc))
 		return 0;
-	if (wc.status != IBV_WC_SUCCESS)
-		giw_die("recv CQ: completion error: %s (status %d, vendor_err %#x)", ibv_wc_status_str(wc.status),
-			wc.status, wc.vendor_err);
 	struct ping_msg m;
 	if (wc.byte_len != sizeof(m))
 		giw_die("message of %u bytes, expected %zu", wc.byte_len, sizeof(m));
