@@ -85,11 +85,10 @@ static void wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, uint32_t *comp
 	pthread_mutex_unlock(mu);
 }
 
-static void *sync_init(pthread_mutex_t *mu, pthread_cond_t *cond)
+static void sync_init(pthread_mutex_t *mu, pthread_cond_t *cond)
 {
 	pthread_mutex_init(mu, NULL);
 	pthread_cond_init(cond, NULL);
-	return NULL;
 }
 
 static void sync_destroy(pthread_mutex_t *mu, pthread_cond_t *cond)

@@ -390,8 +390,10 @@ func (id *ID) requestDone() {
 	id.mu.Unlock()
 }
 
-func checkParams(p provider.ConnParams) error {
-	if len(p.PrivateData) > MaxPrivateData {
+// checkConn is what Connect and Accept refuse before any state change: no QP
+// (iWARP connects one), or private data or IRD/ORD beyond the limits.
+func checkConn(qp *verbs.QP, p provider.ConnParams) error {
+	if qp == nil || len(p.PrivateData) > MaxPrivateData {
 		return unix.EINVAL
 	}
 	if p.IRD > verbs.MaxIRD || p.ORD > verbs.MaxORD {
@@ -402,10 +404,7 @@ func checkParams(p provider.ConnParams) error {
 
 // Connect starts the active side (rdma_connect). iWARP needs the QP.
 func (id *ID) Connect(qp *verbs.QP, p provider.ConnParams) error {
-	if qp == nil {
-		return unix.EINVAL
-	}
-	if err := checkParams(p); err != nil {
+	if err := checkConn(qp, p); err != nil {
 		return err
 	}
 	id.mu.Lock()
@@ -449,10 +448,7 @@ func (id *ID) Connect(qp *verbs.QP, p provider.ConnParams) error {
 
 // Accept accepts a connection request (rdma_accept).
 func (id *ID) Accept(qp *verbs.QP, p provider.ConnParams) error {
-	if qp == nil {
-		return unix.EINVAL
-	}
-	if err := checkParams(p); err != nil {
+	if err := checkConn(qp, p); err != nil {
 		return err
 	}
 	id.mu.Lock()

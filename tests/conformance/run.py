@@ -164,33 +164,29 @@ def rows():
 
 
 # ---------------------------------------------------------------- ports
-def ports_in_use():
-    used = set()
+def tcp_sockets():
+    """The rows of /proc/net/tcp and tcp6, split: local and remote address
+    (hex "addr:port") at 1 and 2, state at 3 (0A is LISTEN)."""
     for f in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(f) as fh:
                 next(fh)
-                for line in fh:
-                    p = line.split()
-                    used.add(int(p[1].rsplit(":", 1)[1], 16))
-                    used.add(int(p[2].rsplit(":", 1)[1], 16))
+                rows = [line.split() for line in fh]
         except OSError:
-            pass
-    return used
+            continue
+        yield from rows
+
+
+def port_of(addr):
+    return int(addr.rsplit(":", 1)[1], 16)
+
+
+def ports_in_use():
+    return {port_of(p[i]) for p in tcp_sockets() for i in (1, 2)}
 
 
 def listening(port):
-    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(f) as fh:
-                next(fh)
-                for line in fh:
-                    p = line.split()
-                    if p[3] == "0A" and int(p[1].rsplit(":", 1)[1], 16) == port:
-                        return True
-        except OSError:
-            pass
-    return False
+    return any(p[3] == "0A" and port_of(p[1]) == port for p in tcp_sockets())
 
 
 class Ports:
