@@ -1,10 +1,12 @@
 package main
 
-// The C view of the shared ring layout and of the libibverbs enum values the
-// Go side mirrors, for layout_test.go (tests cannot use cgo themselves).
+// The C view of the shared ring layout, of the libibverbs enum values and of
+// the CM event names the Go side mirrors, for layout_test.go (tests cannot use
+// cgo themselves).
 
 /*
 #include <stddef.h>
+#include <rdma/rdma_cma.h>
 #include "capi.h"
 
 static size_t giw_sqe_payload_off(void) { return offsetof(struct giw_sqe, sge); }
@@ -128,4 +130,11 @@ func cConstants() map[string]int64 {
 		"notifyNone": C.GIW_NOTIFY_NONE, "notifySolicited": C.GIW_NOTIFY_SOLICITED,
 		"notifyNext": C.GIW_NOTIFY_NEXT,
 	}
+}
+
+// cEventName is rdma_event_str(t). The names are kept twice on purpose:
+// rdma_event_str returns static C strings without entering Go, and
+// rdmacm.EventType.String serves Go's logs; the test keeps them equal.
+func cEventName(t int) string {
+	return C.GoString(C.rdma_event_str(C.enum_rdma_cm_event_type(t)))
 }

@@ -5,8 +5,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goiwarp/goiwarp/rdmacm"
 	"github.com/goiwarp/goiwarp/verbs"
 )
+
+func TestEventNamesMatchC(t *testing.T) {
+	for i := -1; i <= int(rdmacm.EventTimewaitExit)+1; i++ {
+		if g, c := rdmacm.EventType(i).String(), cEventName(i); g != c {
+			t.Errorf("event %d: Go %q, C rdma_event_str %q", i, g, c)
+		}
+	}
+}
 
 // goRingLayout reads the Go mirrors of verbs/abi.go through reflection
 // (ringHdr is unexported: its type is reached through verbs.Ring's field).

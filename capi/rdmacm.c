@@ -220,6 +220,7 @@ int rdma_ack_cm_event(struct rdma_cm_event *event)
 	return 0;
 }
 
+/* The names again in rdmacm/event.go, for Go's logs (TestEventNamesMatchC). */
 const char *rdma_event_str(enum rdma_cm_event_type event)
 {
 	static const char *const names[] = {

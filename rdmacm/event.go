@@ -27,6 +27,8 @@ const (
 	EventTimewaitExit
 )
 
+// eventNames is also capi's rdma_event_str table (capi/rdmacm.c), which must
+// not enter Go; capi's TestEventNamesMatchC keeps the two equal.
 var eventNames = [...]string{
 	"RDMA_CM_EVENT_ADDR_RESOLVED", "RDMA_CM_EVENT_ADDR_ERROR",
 	"RDMA_CM_EVENT_ROUTE_RESOLVED", "RDMA_CM_EVENT_ROUTE_ERROR",
