@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"encoding/binary"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -168,7 +167,7 @@ func mulpduFor(c *net.TCPConn) int {
 			}
 		})
 	}
-	m := mss - 2 - 4 // ULPDU length field and CRC
+	m := mss - wire.MPALenSize - wire.MPACRCSize
 	m &^= 3
 	return max(min(m, 0xfffc), 128)
 }
@@ -235,10 +234,8 @@ func (e *Endpoint) sendRTR() error {
 	}
 	var b [2 + wire.DDPUntaggedHeaderLen + wire.ReadRequestLen + 8 + 16]byte
 	hl, _ := wire.EncodeHeader(b[2:], &h)
-	binary.BigEndian.PutUint16(b[:], uint16(hl))
-	n := 2 + hl
-	pad := (4 - n&3) & 3
-	n += pad
+	wire.PutULPDULen(b[:], hl)
+	n := wire.MPALenSize + hl + wire.PadLen(hl)
 	frame := e.tx.frameOne(b[:n], b[n:n+4+8])
 	_, err := e.c.Write(frame)
 	if err == nil {

@@ -137,7 +137,7 @@ func (rd *rxReader) rawFill(dst []byte, got *int) error {
 
 // skipMarker consumes the marker due at the current position, if any.
 func (rd *rxReader) skipMarker() error {
-	for rd.mk && rd.pos%512 == 0 {
+	for rd.mk && wire.NextMarker(rd.pos) == 0 {
 		n, err := rd.raw(rd.mkb[rd.mkn:])
 		rd.mkn += n
 		if err != nil {
@@ -167,7 +167,7 @@ func (rd *rxReader) fill(dst []byte, got *int) error {
 		}
 		k := len(dst) - *got
 		if rd.mk {
-			k = min(k, int(512-rd.pos%512))
+			k = min(k, wire.NextMarker(rd.pos))
 		}
 		n, err := rd.raw(dst[*got : *got+k])
 		if n > 0 {
@@ -487,7 +487,9 @@ func (rx *rxState) ioErr(err error, hl int) (*termInfo, error) {
 
 // step runs the receive machine until the socket is empty (errAgain), the
 // stream fails, or the endpoint is down. A protocol error returns the
-// Terminate to send.
+// Terminate to send. It checks CRC and markers piecewise (wire.CheckFPDU
+// and wire.StripMarkers want a whole FPDU in one buffer; payload goes
+// straight from the socket to registered memory).
 func (rx *rxState) step() (*termInfo, error) {
 	rd := &rx.rd
 	e := rx.e
@@ -507,7 +509,7 @@ func (rx *rxState) step() (*termInfo, error) {
 				if err := rd.fill(hb[:4], &rx.hgot); err != nil {
 					return rx.ioErr(err, 0)
 				}
-				rx.ulen = int(binary.BigEndian.Uint16(hb))
+				rx.ulen = wire.ULPDULen(hb)
 				hl, err := wire.HeaderLen(hb[2:4])
 				if err != nil {
 					return rx.termFor(wire.AsError(err), 2)
@@ -558,7 +560,7 @@ func (rx *rxState) step() (*termInfo, error) {
 			}
 			rx.phase, rx.tgot = phPad, 0
 		case phPad:
-			pad := (4 - (2+rx.ulen)&3) & 3
+			pad := wire.PadLen(rx.ulen)
 			if err := rd.fill(rx.tr[:pad], &rx.tgot); err != nil {
 				return rx.ioErr(err, rx.hl)
 			}

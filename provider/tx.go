@@ -707,7 +707,9 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 	return m, stallNone
 }
 
-// frameSegment appends the next FPDU of m to the batch.
+// frameSegment appends the next FPDU of m to the batch. It frames piecewise
+// (wire.FinishFPDU and wire.InsertMarkers want the FPDU in one buffer; here
+// the payload stays in registered memory, one iovec per piece).
 func (t *txState) frameSegment(m *txMsg) {
 	h := &m.h
 	info := h.Opcode.Info()
@@ -731,7 +733,7 @@ func (t *txState) frameSegment(m *txMsg) {
 	hb := t.arena[t.apos:]
 	hl, _ := wire.EncodeHeader(hb[2:], h)
 	ulpdu := hl + chunk
-	binary.BigEndian.PutUint16(hb, uint16(ulpdu))
+	wire.PutULPDULen(hb, ulpdu)
 	t.apos += 2 + hl
 	t.fstart = t.spos
 	t.crcAcc = 0
@@ -750,14 +752,14 @@ func (t *txState) frameSegment(m *txMsg) {
 		}
 	}
 	m.off += chunk
-	pad := (4 - (2+ulpdu)&3) & 3
+	pad := wire.PadLen(ulpdu)
 	tr := t.arena[t.apos : t.apos+pad+4+4]
 	clear(tr[:pad])
 	if pad > 0 {
 		t.piece(tr[:pad])
 		t.apos += pad
 	}
-	if t.mk && t.spos%512 == 0 {
+	if t.mk && wire.NextMarker(t.spos) == 0 {
 		t.marker()
 	}
 	crcb := t.arena[t.apos : t.apos+4]
@@ -779,10 +781,10 @@ func (t *txState) piece(b []byte) {
 	for len(b) > 0 {
 		k := len(b)
 		if t.mk {
-			if t.spos%512 == 0 {
+			if wire.NextMarker(t.spos) == 0 {
 				t.marker()
 			}
-			k = min(k, int(512-t.spos%512))
+			k = min(k, wire.NextMarker(t.spos))
 		}
 		if t.crc {
 			t.crcAcc = wire.CRC32cUpdate(t.crcAcc, b[:k])
@@ -814,7 +816,7 @@ func (t *txState) frameOne(fpdu []byte, _ []byte) []byte {
 	t.crcAcc = 0
 	t.resetBatch()
 	t.piece(fpdu)
-	if t.mk && t.spos%512 == 0 {
+	if t.mk && wire.NextMarker(t.spos) == 0 {
 		t.marker()
 	}
 	var out []byte
