@@ -30,6 +30,10 @@
 #include <infiniband/verbs.h>
 #include <goiwarp.h>
 
+static const char *role = "parent";
+#define GIW_TEST_ROLE role
+#include "giw_test.h"
+
 extern char **environ;
 
 /* 1: provider/tx.go and rx.go count FPDUs (Counters.AddTx/AddRx), so FPDU
@@ -38,27 +42,6 @@ extern char **environ;
 #ifndef REQUIRE_FPDU_COUNTERS
 #define REQUIRE_FPDU_COUNTERS 1
 #endif
-
-static const char *role = "parent";
-static int failures;
-
-#define CHECK(cond)                                                                            \
-	do {                                                                                   \
-		if (!(cond)) {                                                                 \
-			fprintf(stderr, "[%s] %s:%d: CHECK failed: %s (errno %d %s)\n", role,  \
-				__FILE__, __LINE__, #cond, errno, strerror(errno));            \
-			failures++;                                                            \
-		}                                                                              \
-	} while (0)
-
-#define REQUIRE(cond)                                                                          \
-	do {                                                                                   \
-		if (!(cond)) {                                                                 \
-			fprintf(stderr, "[%s] %s:%d: REQUIRE failed: %s (errno %d %s)\n", role, \
-				__FILE__, __LINE__, #cond, errno, strerror(errno));            \
-			exit(1);                                                               \
-		}                                                                              \
-	} while (0)
 
 #define BUF_LEN 65536
 #define LOGIN_MAGIC 0x4c4f4731u /* "LOG1" */
@@ -93,21 +76,6 @@ static double now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static struct ibv_context *open_lo(void)
-{
-	int n = 0;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	struct ibv_context *ctx = NULL;
-
-	REQUIRE(l != NULL);
-	for (int i = 0; i < n; i++)
-		if (strcmp(ibv_get_device_name(l[i]), "giw_lo") == 0)
-			ctx = ibv_open_device(l[i]);
-	ibv_free_device_list(l);
-	REQUIRE(ctx != NULL);
-	return ctx;
 }
 
 static void setup(struct res *r)

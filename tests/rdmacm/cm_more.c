@@ -19,14 +19,7 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-#define CHECK(c)                                                                      \
-	do {                                                                          \
-		if (!(c)) {                                                           \
-			fprintf(stderr, "%s:%d: %s failed (errno %d %s)\n", __FILE__, \
-				__LINE__, #c, errno, strerror(errno));                \
-			exit(1);                                                      \
-		}                                                                     \
-	} while (0)
+#include "giw_test.h"
 
 static double now_ms(void)
 {
@@ -47,7 +40,7 @@ static struct rdma_cm_event *expect_within(struct rdma_event_channel *ch, enum r
 		fprintf(stderr, "no %s within %d ms\n", rdma_event_str(t), ms);
 		exit(1);
 	}
-	CHECK(rdma_get_cm_event(ch, &e) == 0);
+	REQUIRE(rdma_get_cm_event(ch, &e) == 0);
 	if (e->event != t) {
 		fprintf(stderr, "got %s (status %d), want %s\n", rdma_event_str(e->event), e->status,
 			rdma_event_str(t));
@@ -72,7 +65,7 @@ static int listen_range(struct rdma_event_channel *ch, int base, int backlog, vo
 		struct sockaddr_in sa;
 
 		sin_of(port, &sa);
-		CHECK(rdma_create_id(ch, lid, ctx, RDMA_PS_TCP) == 0);
+		REQUIRE(rdma_create_id(ch, lid, ctx, RDMA_PS_TCP) == 0);
 		if (rdma_bind_addr(*lid, (struct sockaddr *)&sa) == 0 && rdma_listen(*lid, backlog) == 0)
 			return port;
 		rdma_destroy_id(*lid);
@@ -87,8 +80,8 @@ static void make_qp(struct rdma_cm_id *id)
 					     .max_send_sge = 1, .max_recv_sge = 1},
 				     .qp_type = IBV_QPT_RC};
 
-	CHECK(id->verbs != NULL);
-	CHECK(rdma_create_qp(id, NULL, &a) == 0);
+	REQUIRE(id->verbs != NULL);
+	REQUIRE(rdma_create_qp(id, NULL, &a) == 0);
 }
 
 static struct rdma_cm_id *resolve_sync(struct rdma_event_channel *ch, int port)
@@ -97,10 +90,10 @@ static struct rdma_cm_id *resolve_sync(struct rdma_event_channel *ch, int port)
 	struct rdma_cm_id *id;
 
 	sin_of(port, &sa);
-	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
-	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sa, 2000) == 0);
+	REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
+	REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sa, 2000) == 0);
 	rdma_ack_cm_event(expect_within(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 5000));
-	CHECK(rdma_resolve_route(id, 2000) == 0);
+	REQUIRE(rdma_resolve_route(id, 2000) == 0);
 	rdma_ack_cm_event(expect_within(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 5000));
 	return id;
 }
@@ -116,24 +109,24 @@ static int t_mpa_timeout(void)
 	int s = socket(AF_INET, SOCK_STREAM, 0), port, one = 1;
 	double t0, dt;
 
-	CHECK(s >= 0);
+	REQUIRE(s >= 0);
 	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	for (port = 24100; port < 24120; port++) {
 		sin_of(port, &sa);
 		if (bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0)
 			break;
 	}
-	CHECK(port < 24120);
-	CHECK(listen(s, 4) == 0); /* the kernel completes the handshake; nobody ever answers */
+	REQUIRE(port < 24120);
+	REQUIRE(listen(s, 4) == 0); /* the kernel completes the handshake; nobody ever answers */
 	id = resolve_sync(ch, port);
 	make_qp(id);
 	t0 = now_ms();
-	CHECK(rdma_connect(id, NULL) == 0);
+	REQUIRE(rdma_connect(id, NULL) == 0);
 	e = expect_within(ch, RDMA_CM_EVENT_UNREACHABLE, 5000);
 	dt = now_ms() - t0;
 	fprintf(stderr, "UNREACHABLE after %.0f ms, status %d\n", dt, e->status);
-	CHECK(e->status < 0);
-	CHECK(dt >= 300 && dt < 3000);
+	REQUIRE(e->status < 0);
+	REQUIRE(dt >= 300 && dt < 3000);
 	rdma_ack_cm_event(e);
 	rdma_destroy_qp(id);
 	rdma_destroy_id(id);
@@ -153,20 +146,20 @@ static int t_many(void)
 	int port, nsrv = 0, cli_est = 0, srv_est = 0, cli_disc = 0, srv_disc = 0;
 	double deadline = now_ms() + 60000;
 
-	CHECK(ch);
-	CHECK(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
+	REQUIRE(ch);
+	REQUIRE(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
 	port = listen_range(ch, 24120, NCONN, &SRV, &lid);
 	sin_of(port, &sa);
 	for (int i = 0; i < NCONN; i++) {
-		CHECK(rdma_create_id(ch, &cli[i], &CLI, RDMA_PS_TCP) == 0);
-		CHECK(rdma_resolve_addr(cli[i], NULL, (struct sockaddr *)&sa, 5000) == 0);
+		REQUIRE(rdma_create_id(ch, &cli[i], &CLI, RDMA_PS_TCP) == 0);
+		REQUIRE(rdma_resolve_addr(cli[i], NULL, (struct sockaddr *)&sa, 5000) == 0);
 	}
 	while (cli_est < NCONN || srv_est < NCONN) {
 		struct pollfd p = {.fd = ch->fd, .events = POLLIN};
 		struct rdma_cm_event *e;
 		int r = poll(&p, 1, 1000);
 
-		CHECK(r >= 0);
+		REQUIRE(r >= 0);
 		if (now_ms() > deadline) {
 			fprintf(stderr, "timeout: %d client and %d server ESTABLISHED\n", cli_est, srv_est);
 			return 1;
@@ -176,18 +169,18 @@ static int t_many(void)
 
 			switch (e->event) {
 			case RDMA_CM_EVENT_ADDR_RESOLVED:
-				CHECK(id->context == &CLI);
-				CHECK(rdma_resolve_route(id, 5000) == 0);
+				REQUIRE(id->context == &CLI);
+				REQUIRE(rdma_resolve_route(id, 5000) == 0);
 				break;
 			case RDMA_CM_EVENT_ROUTE_RESOLVED:
 				make_qp(id);
-				CHECK(rdma_connect(id, NULL) == 0);
+				REQUIRE(rdma_connect(id, NULL) == 0);
 				break;
 			case RDMA_CM_EVENT_CONNECT_REQUEST:
-				CHECK(e->listen_id == lid && id->context == &SRV && nsrv < NCONN);
+				REQUIRE(e->listen_id == lid && id->context == &SRV && nsrv < NCONN);
 				srv[nsrv++] = id;
 				make_qp(id);
-				CHECK(rdma_accept(id, NULL) == 0);
+				REQUIRE(rdma_accept(id, NULL) == 0);
 				break;
 			case RDMA_CM_EVENT_ESTABLISHED:
 				if (id->context == &CLI)
@@ -202,37 +195,37 @@ static int t_many(void)
 			}
 			rdma_ack_cm_event(e);
 		}
-		CHECK(errno == EAGAIN);
+		REQUIRE(errno == EAGAIN);
 	}
-	CHECK(nsrv == NCONN);
+	REQUIRE(nsrv == NCONN);
 	for (int i = 0; i < NCONN; i++)
-		CHECK(rdma_disconnect(cli[i]) == 0);
+		REQUIRE(rdma_disconnect(cli[i]) == 0);
 	while (cli_disc < NCONN || srv_disc < NCONN) {
 		struct pollfd p = {.fd = ch->fd, .events = POLLIN};
 		struct rdma_cm_event *e;
 
-		CHECK(poll(&p, 1, 1000) >= 0);
+		REQUIRE(poll(&p, 1, 1000) >= 0);
 		if (now_ms() > deadline) {
 			fprintf(stderr, "timeout: %d client and %d server DISCONNECTED\n", cli_disc, srv_disc);
 			return 1;
 		}
 		while (rdma_get_cm_event(ch, &e) == 0) {
-			CHECK(e->event == RDMA_CM_EVENT_DISCONNECTED);
+			REQUIRE(e->event == RDMA_CM_EVENT_DISCONNECTED);
 			if (e->id->context == &CLI)
 				cli_disc++;
 			else
 				srv_disc++;
 			rdma_ack_cm_event(e);
 		}
-		CHECK(errno == EAGAIN);
+		REQUIRE(errno == EAGAIN);
 	}
 	for (int i = 0; i < NCONN; i++) {
 		rdma_destroy_qp(cli[i]);
-		CHECK(rdma_destroy_id(cli[i]) == 0);
+		REQUIRE(rdma_destroy_id(cli[i]) == 0);
 		rdma_destroy_qp(srv[i]);
-		CHECK(rdma_destroy_id(srv[i]) == 0);
+		REQUIRE(rdma_destroy_id(srv[i]) == 0);
 	}
-	CHECK(rdma_destroy_id(lid) == 0);
+	REQUIRE(rdma_destroy_id(lid) == 0);
 	rdma_destroy_event_channel(ch);
 	return 0;
 }
@@ -266,12 +259,12 @@ static int t_disc_both(void)
 
 		cid = resolve_sync(cch, port);
 		make_qp(cid);
-		CHECK(rdma_connect(cid, NULL) == 0);
+		REQUIRE(rdma_connect(cid, NULL) == 0);
 		e = expect_within(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 5000);
 		sid = e->id;
 		rdma_ack_cm_event(e);
 		make_qp(sid);
-		CHECK(rdma_accept(sid, NULL) == 0);
+		REQUIRE(rdma_accept(sid, NULL) == 0);
 		rdma_ack_cm_event(expect_within(cch, RDMA_CM_EVENT_ESTABLISHED, 5000));
 		rdma_ack_cm_event(expect_within(sch, RDMA_CM_EVENT_ESTABLISHED, 5000));
 
@@ -289,23 +282,23 @@ static int t_disc_both(void)
 			return 1;
 		}
 		e = expect_within(cch, RDMA_CM_EVENT_DISCONNECTED, 10000);
-		CHECK(e->status == 0);
+		REQUIRE(e->status == 0);
 		rdma_ack_cm_event(e);
 		e = expect_within(sch, RDMA_CM_EVENT_DISCONNECTED, 10000);
-		CHECK(e->status == 0);
+		REQUIRE(e->status == 0);
 		rdma_ack_cm_event(e);
 		/* exactly one DISCONNECTED each */
 		{
 			struct pollfd p[2] = {{.fd = cch->fd, .events = POLLIN}, {.fd = sch->fd, .events = POLLIN}};
 
-			CHECK(poll(p, 2, 200) == 0);
+			REQUIRE(poll(p, 2, 200) == 0);
 		}
-		CHECK(rdma_disconnect(cid) == 0 && rdma_disconnect(sid) == 0);
+		REQUIRE(rdma_disconnect(cid) == 0 && rdma_disconnect(sid) == 0);
 		rdma_destroy_qp(cid);
 		rdma_destroy_qp(sid);
-		CHECK(rdma_destroy_id(cid) == 0);
-		CHECK(rdma_destroy_id(sid) == 0);
-		CHECK(rdma_destroy_id(lid) == 0);
+		REQUIRE(rdma_destroy_id(cid) == 0);
+		REQUIRE(rdma_destroy_id(sid) == 0);
+		REQUIRE(rdma_destroy_id(lid) == 0);
 		rdma_destroy_event_channel(sch);
 		rdma_destroy_event_channel(cch);
 	}

@@ -13,20 +13,13 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-#define CHECK(c)                                                                  \
-	do {                                                                      \
-		if (!(c)) {                                                       \
-			fprintf(stderr, "%s:%d: %s failed (errno %d %s)\n", __FILE__, \
-				__LINE__, #c, errno, strerror(errno));            \
-			exit(1);                                                  \
-		}                                                                 \
-	} while (0)
+#include "giw_test.h"
 
 static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_event_type t)
 {
 	struct rdma_cm_event *e;
 
-	CHECK(rdma_get_cm_event(ch, &e) == 0);
+	REQUIRE(rdma_get_cm_event(ch, &e) == 0);
 	if (e->event != t) {
 		fprintf(stderr, "got %s (status %d), want %s\n", rdma_event_str(e->event), e->status,
 			rdma_event_str(t));
@@ -39,7 +32,7 @@ static void addr_of(const char *host, int port, struct sockaddr_storage *ss)
 {
 	struct addrinfo hints = {.ai_flags = AI_NUMERICHOST}, *ai;
 
-	CHECK(getaddrinfo(host, NULL, &hints, &ai) == 0);
+	REQUIRE(getaddrinfo(host, NULL, &hints, &ai) == 0);
 	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
 	((struct sockaddr_in *)ss)->sin_port = htons(port); /* same offset for in6 */
 	freeaddrinfo(ai);
@@ -51,8 +44,8 @@ static void make_qp(struct rdma_cm_id *id)
 					     .max_send_sge = 1, .max_recv_sge = 1},
 				     .qp_type = IBV_QPT_RC};
 
-	CHECK(id->verbs != NULL);
-	CHECK(rdma_create_qp(id, NULL, &a) == 0);
+	REQUIRE(id->verbs != NULL);
+	REQUIRE(rdma_create_qp(id, NULL, &a) == 0);
 }
 
 /* A listener on host:0; returns its port. */
@@ -61,10 +54,10 @@ static int listen_on(struct rdma_event_channel *ch, const char *host, struct rdm
 	struct sockaddr_storage ss;
 
 	addr_of(host, 0, &ss);
-	CHECK(rdma_create_id(ch, lid, NULL, RDMA_PS_TCP) == 0);
-	CHECK(rdma_bind_addr(*lid, (struct sockaddr *)&ss) == 0);
-	CHECK(rdma_listen(*lid, 8) == 0);
-	CHECK(rdma_get_src_port(*lid) != 0);
+	REQUIRE(rdma_create_id(ch, lid, NULL, RDMA_PS_TCP) == 0);
+	REQUIRE(rdma_bind_addr(*lid, (struct sockaddr *)&ss) == 0);
+	REQUIRE(rdma_listen(*lid, 8) == 0);
+	REQUIRE(rdma_get_src_port(*lid) != 0);
 	return ntohs(rdma_get_src_port(*lid));
 }
 
@@ -74,12 +67,12 @@ static struct rdma_cm_id *resolve(struct rdma_event_channel *ch, const char *hos
 	struct rdma_cm_id *id;
 
 	addr_of(host, port, &ss);
-	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
-	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, 2000) == 0);
+	REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
+	REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, 2000) == 0);
 	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
-	CHECK(rdma_resolve_route(id, 2000) == 0);
+	REQUIRE(rdma_resolve_route(id, 2000) == 0);
 	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
-	CHECK(id->verbs != NULL && id->pd != NULL && rdma_get_src_port(id) != 0);
+	REQUIRE(id->verbs != NULL && id->pd != NULL && rdma_get_src_port(id) != 0);
 	return id;
 }
 
@@ -105,38 +98,38 @@ static int t_conn(const char *host, int n, int reject)
 	cid = resolve(cch, host, port);
 	make_qp(cid);
 	if (n > 252) {
-		CHECK(rdma_connect(cid, &cp) == -1 && errno == EINVAL);
+		REQUIRE(rdma_connect(cid, &cp) == -1 && errno == EINVAL);
 		return 0;
 	}
 	/* Depths beyond the device's max_qp_init_rd_atom / max_qp_rd_atom (128). */
 	cp.initiator_depth = 129;
-	CHECK(rdma_connect(cid, &cp) == -1 && errno == EINVAL);
+	REQUIRE(rdma_connect(cid, &cp) == -1 && errno == EINVAL);
 	cp.initiator_depth = 1;
 	cp.responder_resources = 129;
-	CHECK(rdma_connect(cid, &cp) == -1 && errno == EINVAL);
+	REQUIRE(rdma_connect(cid, &cp) == -1 && errno == EINVAL);
 	cp.responder_resources = 1;
-	CHECK(rdma_connect(cid, &cp) == 0);
+	REQUIRE(rdma_connect(cid, &cp) == 0);
 	e = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
-	CHECK(e->listen_id == lid && e->param.conn.private_data_len == n);
-	CHECK(n == 0 || memcmp(e->param.conn.private_data, req, n) == 0);
-	CHECK(e->param.conn.responder_resources == 1 && e->param.conn.initiator_depth == 1);
+	REQUIRE(e->listen_id == lid && e->param.conn.private_data_len == n);
+	REQUIRE(n == 0 || memcmp(e->param.conn.private_data, req, n) == 0);
+	REQUIRE(e->param.conn.responder_resources == 1 && e->param.conn.initiator_depth == 1);
 	sid = e->id;
-	CHECK(sid->verbs != NULL && rdma_get_dst_port(sid) == rdma_get_src_port(cid));
+	REQUIRE(sid->verbs != NULL && rdma_get_dst_port(sid) == rdma_get_src_port(cid));
 	rdma_ack_cm_event(e);
 	if (reject) {
-		CHECK(rdma_reject(sid, rep, n) == 0);
+		REQUIRE(rdma_reject(sid, rep, n) == 0);
 		e = expect(cch, RDMA_CM_EVENT_REJECTED);
-		CHECK(e->status == -ECONNREFUSED && e->param.conn.private_data_len == n);
-		CHECK(n == 0 || memcmp(e->param.conn.private_data, rep, n) == 0);
+		REQUIRE(e->status == -ECONNREFUSED && e->param.conn.private_data_len == n);
+		REQUIRE(n == 0 || memcmp(e->param.conn.private_data, rep, n) == 0);
 		rdma_ack_cm_event(e);
 		goto out;
 	}
 	make_qp(sid);
 	cp.private_data = rep;
-	CHECK(rdma_accept(sid, &cp) == 0);
+	REQUIRE(rdma_accept(sid, &cp) == 0);
 	e = expect(cch, RDMA_CM_EVENT_ESTABLISHED);
-	CHECK(e->param.conn.private_data_len == n);
-	CHECK(n == 0 || memcmp(e->param.conn.private_data, rep, n) == 0);
+	REQUIRE(e->param.conn.private_data_len == n);
+	REQUIRE(n == 0 || memcmp(e->param.conn.private_data, rep, n) == 0);
 	rdma_ack_cm_event(e);
 	{ /* the initiator's first FPDU lets the responder report ESTABLISHED */
 		static char buf[16];
@@ -145,14 +138,14 @@ static int t_conn(const char *host, int n, int reject)
 		struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
 					 .send_flags = IBV_SEND_SIGNALED}, *bad;
 		wr.wr.rdma.rkey = 0;
-		CHECK(ibv_post_send(cid->qp, &wr, &bad) == 0);
+		REQUIRE(ibv_post_send(cid->qp, &wr, &bad) == 0);
 		rdma_ack_cm_event(expect(sch, RDMA_CM_EVENT_ESTABLISHED));
 	}
-	CHECK(rdma_disconnect(cid) == 0);
+	REQUIRE(rdma_disconnect(cid) == 0);
 	rdma_ack_cm_event(expect(cch, RDMA_CM_EVENT_DISCONNECTED));
 	rdma_ack_cm_event(expect(sch, RDMA_CM_EVENT_DISCONNECTED));
-	CHECK(rdma_disconnect(cid) == 0); /* idempotent */
-	CHECK(rdma_disconnect(sid) == 0); /* peer already closed */
+	REQUIRE(rdma_disconnect(cid) == 0); /* idempotent */
+	REQUIRE(rdma_disconnect(sid) == 0); /* peer already closed */
 	rdma_destroy_qp(sid);
 out:
 	rdma_destroy_id(sid);
@@ -174,9 +167,9 @@ static int t_nobody(void)
 	rdma_destroy_id(lid); /* the port is free again: nobody listens */
 	cid = resolve(ch, "127.0.0.1", port);
 	make_qp(cid);
-	CHECK(rdma_connect(cid, NULL) == 0);
+	REQUIRE(rdma_connect(cid, NULL) == 0);
 	e = expect(ch, RDMA_CM_EVENT_REJECTED);
-	CHECK(e->status == -ECONNREFUSED);
+	REQUIRE(e->status == -ECONNREFUSED);
 	rdma_ack_cm_event(e);
 	rdma_destroy_qp(cid);
 	rdma_destroy_id(cid);
@@ -192,14 +185,14 @@ static int t_addrinuse(void)
 	int port = listen_on(ch, "127.0.0.1", &lid), r;
 
 	addr_of("127.0.0.1", port, &ss);
-	CHECK(rdma_create_id(ch, &id2, NULL, RDMA_PS_TCP) == 0);
+	REQUIRE(rdma_create_id(ch, &id2, NULL, RDMA_PS_TCP) == 0);
 	r = rdma_bind_addr(id2, (struct sockaddr *)&ss);
 	if (r == 0)
 		r = rdma_listen(id2, 1);
-	CHECK(r == -1 && errno == EADDRINUSE);
+	REQUIRE(r == -1 && errno == EADDRINUSE);
 	rdma_destroy_id(id2);
 	rdma_destroy_id(lid);
-	CHECK(rdma_create_id(NULL, &id2, NULL, RDMA_PS_UDP) == -1);
+	REQUIRE(rdma_create_id(NULL, &id2, NULL, RDMA_PS_UDP) == -1);
 	rdma_destroy_event_channel(ch);
 	return 0;
 }
@@ -212,23 +205,23 @@ static int t_nonblock(void)
 	struct sockaddr_storage ss;
 	int got = 0;
 
-	CHECK(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
-	CHECK(rdma_get_cm_event(ch, &e) == -1 && errno == EAGAIN);
+	REQUIRE(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
+	REQUIRE(rdma_get_cm_event(ch, &e) == -1 && errno == EAGAIN);
 	addr_of("127.0.0.1", 4791, &ss);
 	for (int i = 0; i < 16; i++) {
-		CHECK(rdma_create_id(ch, &ids[i], NULL, RDMA_PS_TCP) == 0);
-		CHECK(rdma_resolve_addr(ids[i], NULL, (struct sockaddr *)&ss, 1000) == 0);
+		REQUIRE(rdma_create_id(ch, &ids[i], NULL, RDMA_PS_TCP) == 0);
+		REQUIRE(rdma_resolve_addr(ids[i], NULL, (struct sockaddr *)&ss, 1000) == 0);
 	}
 	while (got < 16) {
 		struct pollfd p = {.fd = ch->fd, .events = POLLIN};
 
-		CHECK(poll(&p, 1, 2000) == 1);
+		REQUIRE(poll(&p, 1, 2000) == 1);
 		while (rdma_get_cm_event(ch, &e) == 0) {
-			CHECK(e->event == RDMA_CM_EVENT_ADDR_RESOLVED);
+			REQUIRE(e->event == RDMA_CM_EVENT_ADDR_RESOLVED);
 			rdma_ack_cm_event(e);
 			got++;
 		}
-		CHECK(errno == EAGAIN);
+		REQUIRE(errno == EAGAIN);
 	}
 	for (int i = 0; i < 16; i++)
 		rdma_destroy_id(ids[i]);
@@ -243,13 +236,13 @@ static int t_migrate(void)
 	struct sockaddr_storage ss;
 
 	addr_of("127.0.0.1", 4791, &ss);
-	CHECK(rdma_create_id(a, &id, NULL, RDMA_PS_TCP) == 0);
-	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, 1000) == 0);
+	REQUIRE(rdma_create_id(a, &id, NULL, RDMA_PS_TCP) == 0);
+	REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, 1000) == 0);
 	usleep(100000);
-	CHECK(rdma_migrate_id(id, b) == 0 && id->channel == b);
+	REQUIRE(rdma_migrate_id(id, b) == 0 && id->channel == b);
 	rdma_ack_cm_event(expect(b, RDMA_CM_EVENT_ADDR_RESOLVED));
-	CHECK(rdma_migrate_id(id, NULL) == 0); /* to synchronous mode */
-	CHECK(rdma_resolve_route(id, 1000) == 0);
+	REQUIRE(rdma_migrate_id(id, NULL) == 0); /* to synchronous mode */
+	REQUIRE(rdma_resolve_route(id, 1000) == 0);
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(a);
 	rdma_destroy_event_channel(b);
@@ -274,14 +267,14 @@ static int t_destroy_unacked(void)
 	pthread_t th;
 
 	addr_of("127.0.0.1", 4791, &ss);
-	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
-	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, 1000) == 0);
+	REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
+	REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, 1000) == 0);
 	held = expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
 	pthread_create(&th, NULL, ack_later, NULL);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	CHECK(rdma_destroy_id(id) == 0);
+	REQUIRE(rdma_destroy_id(id) == 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	CHECK((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= 150);
+	REQUIRE((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= 150);
 	pthread_join(th, NULL);
 	rdma_destroy_event_channel(ch);
 	return 0;
@@ -299,18 +292,18 @@ static void *sync_server(void *arg)
 	struct ibv_mr *mr;
 	struct ibv_wc wc;
 
-	CHECK(rdma_getaddrinfo("127.0.0.1", sync_port, &hints, &res) == 0);
-	CHECK(rdma_create_ep(&listen_id, res, NULL, &attr) == 0);
+	REQUIRE(rdma_getaddrinfo("127.0.0.1", sync_port, &hints, &res) == 0);
+	REQUIRE(rdma_create_ep(&listen_id, res, NULL, &attr) == 0);
 	rdma_freeaddrinfo(res);
-	CHECK(rdma_listen(listen_id, 0) == 0);
+	REQUIRE(rdma_listen(listen_id, 0) == 0);
 	*(int *)arg = 1;
-	CHECK(rdma_get_request(listen_id, &id) == 0);
+	REQUIRE(rdma_get_request(listen_id, &id) == 0);
 	mr = rdma_reg_msgs(id, buf, sizeof(buf));
-	CHECK(mr && rdma_post_recv(id, NULL, buf, sizeof(buf), mr) == 0);
-	CHECK(rdma_accept(id, NULL) == 0);
-	CHECK(rdma_get_recv_comp(id, &wc) > 0 && wc.status == IBV_WC_SUCCESS);
-	CHECK(rdma_post_send(id, NULL, buf, sizeof(buf), mr, 0) == 0);
-	CHECK(rdma_get_send_comp(id, &wc) > 0 && wc.status == IBV_WC_SUCCESS);
+	REQUIRE(mr && rdma_post_recv(id, NULL, buf, sizeof(buf), mr) == 0);
+	REQUIRE(rdma_accept(id, NULL) == 0);
+	REQUIRE(rdma_get_recv_comp(id, &wc) > 0 && wc.status == IBV_WC_SUCCESS);
+	REQUIRE(rdma_post_send(id, NULL, buf, sizeof(buf), mr, 0) == 0);
+	REQUIRE(rdma_get_send_comp(id, &wc) > 0 && wc.status == IBV_WC_SUCCESS);
 	rdma_disconnect(id);
 	rdma_dereg_mr(mr);
 	rdma_destroy_ep(id);
@@ -333,17 +326,17 @@ static int t_sync(void)
 	pthread_create(&th, NULL, sync_server, (void *)&ready);
 	while (!ready)
 		usleep(1000);
-	CHECK(rdma_getaddrinfo("127.0.0.1", sync_port, &hints, &res) == 0);
-	CHECK(rdma_create_ep(&id, res, NULL, &attr) == 0);
+	REQUIRE(rdma_getaddrinfo("127.0.0.1", sync_port, &hints, &res) == 0);
+	REQUIRE(rdma_create_ep(&id, res, NULL, &attr) == 0);
 	rdma_freeaddrinfo(res);
 	smr = rdma_reg_msgs(id, sbuf, sizeof(sbuf));
 	rmr = rdma_reg_msgs(id, rbuf, sizeof(rbuf));
-	CHECK(rdma_post_recv(id, NULL, rbuf, sizeof(rbuf), rmr) == 0);
-	CHECK(rdma_connect(id, NULL) == 0);
-	CHECK(rdma_post_send(id, NULL, sbuf, sizeof(sbuf), smr, 0) == 0);
-	CHECK(rdma_get_send_comp(id, &wc) > 0 && wc.status == IBV_WC_SUCCESS);
-	CHECK(rdma_get_recv_comp(id, &wc) > 0 && wc.status == IBV_WC_SUCCESS);
-	CHECK(memcmp(rbuf, "hello", 6) == 0);
+	REQUIRE(rdma_post_recv(id, NULL, rbuf, sizeof(rbuf), rmr) == 0);
+	REQUIRE(rdma_connect(id, NULL) == 0);
+	REQUIRE(rdma_post_send(id, NULL, sbuf, sizeof(sbuf), smr, 0) == 0);
+	REQUIRE(rdma_get_send_comp(id, &wc) > 0 && wc.status == IBV_WC_SUCCESS);
+	REQUIRE(rdma_get_recv_comp(id, &wc) > 0 && wc.status == IBV_WC_SUCCESS);
+	REQUIRE(memcmp(rbuf, "hello", 6) == 0);
 	rdma_disconnect(id);
 	rdma_dereg_mr(smr);
 	rdma_dereg_mr(rmr);

@@ -16,41 +16,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-static int failures;
-
-#define CHECK(cond)                                                              \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			fprintf(stderr, "%s:%d: CHECK failed: %s (errno %d %s)\n", \
-				__FILE__, __LINE__, #cond, errno, strerror(errno)); \
-			failures++;                                              \
-		}                                                                \
-	} while (0)
-
-#define REQUIRE(cond)                                                            \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			fprintf(stderr, "%s:%d: REQUIRE failed: %s (errno %d %s)\n", \
-				__FILE__, __LINE__, #cond, errno, strerror(errno)); \
-			exit(1);                                                 \
-		}                                                                \
-	} while (0)
-
-/* Opens giw_lo. */
-static struct ibv_context *open_lo(void)
-{
-	int n = 0;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	struct ibv_context *ctx = NULL;
-
-	REQUIRE(l != NULL);
-	for (int i = 0; i < n; i++)
-		if (strcmp(ibv_get_device_name(l[i]), "giw_lo") == 0)
-			ctx = ibv_open_device(l[i]);
-	ibv_free_device_list(l);
-	REQUIRE(ctx != NULL);
-	return ctx;
-}
+#include "giw_test.h"
 
 static void test_device(void)
 {

@@ -25,18 +25,11 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-extern char **environ;
-
-#define REQUIRE(c)                                                                          \
-	do {                                                                                \
-		if (!(c)) {                                                                 \
-			fprintf(stderr, "[%s] %s:%d: %s failed (errno %d %s)\n", role, __FILE__, \
-				__LINE__, #c, errno, strerror(errno));                      \
-			exit(1);                                                            \
-		}                                                                           \
-	} while (0)
-
 static __thread const char *role = "cli";
+#define GIW_TEST_ROLE role
+#include "giw_test.h"
+
+extern char **environ;
 
 #define BUFSZ (4 << 20)
 struct ep {
