@@ -766,13 +766,7 @@ func (rx *rxState) begin(n int) *wire.Error {
 		}
 		rx.msn[wire.QNReadRequest]++
 		t := &e.tx
-		t.mu.Lock()
-		full := t.irdInUse >= max(int(e.neg.ird), 1)
-		if !full {
-			t.irdInUse++
-		}
-		t.mu.Unlock()
-		if full {
+		if !t.takeIRD() {
 			return errIRD
 		}
 		m := &txMsg{kind: kindReadResp, h: wire.Header{Opcode: wire.OpReadResponse, STag: h.SinkSTag},
@@ -780,9 +774,7 @@ func (rx *rxState) begin(n int) *wire.Error {
 		if h.ReadSize > 0 {
 			sp, err := verbs.Access(e.pd, h.SrcSTag, h.SrcTO, uint64(h.ReadSize), verbs.AccessRemoteRead)
 			if err != nil {
-				t.mu.Lock()
-				t.irdInUse--
-				t.mu.Unlock()
+				t.putIRD()
 				return rdmapProt(err)
 			}
 			m.spans = []verbs.Span{sp}
@@ -797,25 +789,18 @@ func (rx *rxState) begin(n int) *wire.Error {
 		}
 		rx.msn[wire.QNAtomicRequest]++
 		t := &e.tx
-		t.mu.Lock()
-		full := t.irdInUse >= max(int(e.neg.ird), 1)
-		if !full {
-			t.irdInUse++
-		}
-		t.mu.Unlock()
-		if full {
+		if !t.takeIRD() {
 			return errIRD
 		}
-		release := func() { t.mu.Lock(); t.irdInUse--; t.mu.Unlock() }
 		sp, err := verbs.Access(e.pd, h.RemoteSTag, h.RemoteTO, 8, verbs.AccessRemoteAtomic)
 		if err != nil {
-			release()
+			t.putIRD()
 			return rdmapProt(err)
 		}
 		p := unsafe.Pointer(&sp.Buf[0])
 		if uintptr(p)%8 != 0 {
 			sp.Release()
-			release()
+			t.putIRD()
 			return errMisalign
 		}
 		orig := doAtomic((*uint64)(p), h)

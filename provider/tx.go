@@ -447,6 +447,23 @@ func (t *txState) freeIRD(m *txMsg) {
 		return
 	}
 	m.irdFreed = true
+	t.putIRD()
+}
+
+// takeIRD takes an IRD slot for an incoming Read or Atomic Request; false
+// when all are in use.
+func (t *txState) takeIRD() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.irdInUse >= max(int(t.e.neg.ird), 1) {
+		return false
+	}
+	t.irdInUse++
+	return true
+}
+
+// putIRD gives back a slot taken by takeIRD.
+func (t *txState) putIRD() {
 	t.mu.Lock()
 	t.irdInUse--
 	t.mu.Unlock()
