@@ -15,3 +15,8 @@ giw_imports() {
   nm -D --undefined-only "$1" 2>/dev/null | awk '{ print $NF }' | sed 's/@.*//' |
     grep -E "$GIW_IMPORT_RE" | sort -u || true
 }
+
+# giw_soname LIB: LIB's DT_SONAME (empty if none).
+giw_soname() {
+  readelf -d "$1" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p'
+}

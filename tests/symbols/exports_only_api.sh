@@ -11,7 +11,7 @@ lib=${1:?usage: exports_only_api.sh path/to/libgoiwarp.so}
 [[ -e $lib ]] || { echo "FAIL: $lib does not exist (build first)"; exit 1; }
 
 fail=0
-soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+soname=$(giw_soname "$lib")
 if [[ $soname != libgoiwarp.so.1 ]]; then
   echo "FAIL: SONAME is '${soname}', want libgoiwarp.so.1"; fail=1
 fi

@@ -25,7 +25,7 @@ for lib in "$shim" "$core"; do
     echo "FAIL: $(basename "$lib") exports non-function symbols:"; printf '  %s\n' "$data"; fail=1
   fi
 done
-soname=$(readelf -d "$core" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+soname=$(giw_soname "$core")
 [[ $soname == libgoiwarp-core.so.1 ]] || { echo "FAIL: core SONAME '$soname', want libgoiwarp-core.so.1"; fail=1; }
 [[ $fail -eq 0 ]] && echo "ok: the shim exports the core's $(wc -l <"$tmp/shim") public functions, no data"
 exit $fail
