@@ -630,12 +630,7 @@ func (rx *rxState) commit() error {
 		e.completeRecv(&rqe, rx.recvCQE, rx.solicited)
 	case actReadDone, actAtomicDone:
 		t := &e.tx
-		t.mu.Lock()
-		o := t.ord[0]
-		t.ord[0] = nil
-		t.ord = t.ord[1:]
-		t.ordOut.Store(int32(len(t.ord)))
-		t.mu.Unlock()
+		o := t.popORD()
 		o.span.Release()
 		if !o.rtr {
 			e.completeSend(o.idx, verbs.WCSuccess, o.placed)
@@ -716,12 +711,7 @@ func (rx *rxState) begin(n int) *wire.Error {
 			t.rtrRead = false // the answer to our zero-length Read RTR
 			return nil
 		}
-		t.mu.Lock()
-		var o *ordEntry
-		if len(t.ord) > 0 {
-			o = t.ord[0]
-		}
-		t.mu.Unlock()
+		o := t.ordHead()
 		if o == nil || o.atomic {
 			return errUnexpOp
 		}
@@ -813,12 +803,7 @@ func (rx *rxState) begin(n int) *wire.Error {
 
 	case wire.OpAtomicResponse:
 		t := &e.tx
-		t.mu.Lock()
-		var o *ordEntry
-		if len(t.ord) > 0 {
-			o = t.ord[0]
-		}
-		t.mu.Unlock()
+		o := t.ordHead()
 		if o == nil || !o.atomic || o.reqID != h.AtomicReqID {
 			return errUnexpOp
 		}
@@ -988,16 +973,7 @@ func (rx *rxState) gotTerminate() error {
 	if err != nil {
 		f = wire.TerminateFields{TermControl: wire.TermControl{Layer: wire.LayerRDMAP, Type: wire.RDMAPErrRemoteOperation}}
 	}
-	t := &e.tx
-	t.mu.Lock()
-	var o *ordEntry
-	if len(t.ord) > 0 {
-		o = t.ord[0]
-		t.ord = t.ord[1:]
-		t.ordOut.Store(int32(len(t.ord)))
-	}
-	t.mu.Unlock()
-	if o != nil {
+	if o := e.tx.popORD(); o != nil {
 		o.span.Release()
 		if !o.rtr {
 			e.completeSend(o.idx, termStatus(f.TermControl), 0)

@@ -396,6 +396,30 @@ func (t *txState) idle() bool {
 	return more && e.qp.TakeTx()
 }
 
+// ordHead returns the oldest outstanding Read or Atomic, or nil.
+func (t *txState) ordHead() *ordEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.ord) == 0 {
+		return nil
+	}
+	return t.ord[0]
+}
+
+// popORD removes the oldest outstanding Read or Atomic and returns it, or nil.
+func (t *txState) popORD() *ordEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.ord) == 0 {
+		return nil
+	}
+	o := t.ord[0]
+	t.ord[0] = nil
+	t.ord = t.ord[1:]
+	t.ordOut.Store(int32(len(t.ord)))
+	return o
+}
+
 func (t *txState) stalledLocked() bool {
 	switch t.stall {
 	case stallORD:
