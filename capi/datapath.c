@@ -30,6 +30,26 @@ static void sq_ring(struct gcapi_qp *q)
 		goVerbsQPDoorbell(q->h);
 }
 
+/* Whether ring r has room for entry prod; *cons is the consumer index last
+ * read, read again only when the ring looks full. */
+static int ring_room(struct giw_ring *r, uint32_t prod, uint32_t *cons)
+{
+	if (prod - *cons < r->size)
+		return 1;
+	*cons = LOAD_ACQ(&r->cons);
+	return prod - *cons < r->size;
+}
+
+/* The SGE list of an SQE or RQE (post_send, the ibv_wr_* builders, post_recv). */
+static void put_sges(struct giw_sge *dst, const struct ibv_sge *sg, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		dst[i].addr = sg[i].addr;
+		dst[i].length = sg[i].length;
+		dst[i].lkey = sg[i].lkey;
+	}
+}
+
 static int fill_sqe(struct gcapi_qp *q, struct giw_sqe *e, const struct ibv_send_wr *wr)
 {
 	uint32_t flags = wr->send_flags & GIW_SEND_FLAGS;
@@ -111,11 +131,7 @@ static int fill_sqe(struct gcapi_qp *q, struct giw_sqe *e, const struct ibv_send
 		return 0;
 	}
 	e->num_sge = (uint8_t)nsge;
-	for (int i = 0; i < nsge; i++) {
-		e->sge[i].addr = wr->sg_list[i].addr;
-		e->sge[i].length = wr->sg_list[i].length;
-		e->sge[i].lkey = wr->sg_list[i].lkey;
-	}
+	put_sges(e->sge, wr->sg_list, (size_t)nsge);
 	return 0;
 }
 
@@ -133,12 +149,9 @@ int gcapi_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_w
 	}
 	uint32_t prod = r->prod, cons = LOAD_ACQ(&r->cons);
 	for (; wr; wr = wr->next) {
-		if (prod - cons >= r->size) {
-			cons = LOAD_ACQ(&r->cons);
-			if (prod - cons >= r->size) {
-				err = ENOMEM;
-				break;
-			}
+		if (!ring_room(r, prod, &cons)) {
+			err = ENOMEM;
+			break;
 		}
 		err = fill_sqe(q, GIW_RING_ENTRY(r, prod), wr);
 		if (err)
@@ -163,11 +176,7 @@ static int fill_rqe(struct giw_rqe *e, const struct ibv_recv_wr *wr, uint32_t ma
 	e->wr_id = wr->wr_id;
 	e->num_sge = (uint32_t)wr->num_sge;
 	e->rsvd = 0;
-	for (int i = 0; i < wr->num_sge; i++) {
-		e->sge[i].addr = wr->sg_list[i].addr;
-		e->sge[i].length = wr->sg_list[i].length;
-		e->sge[i].lkey = wr->sg_list[i].lkey;
-	}
+	put_sges(e->sge, wr->sg_list, (size_t)wr->num_sge);
 	return 0;
 }
 
@@ -180,12 +189,9 @@ static int post_rq(struct giw_ring *r, struct ibv_recv_wr *wr, struct ibv_recv_w
 	int err = 0;
 
 	for (; wr; wr = wr->next) {
-		if (prod - cons >= r->size) {
-			cons = LOAD_ACQ(&r->cons);
-			if (prod - cons >= r->size) {
-				err = ENOMEM;
-				break;
-			}
+		if (!ring_room(r, prod, &cons)) {
+			err = ENOMEM;
+			break;
 		}
 		err = fill_rqe(GIW_RING_ENTRY(r, prod), wr, max_sge);
 		if (err)
@@ -587,11 +593,7 @@ static void wrx_set_sge_list(struct ibv_qp_ex *qpx, size_t n, const struct ibv_s
 		wrx_fail(qpx, EINVAL);
 		return;
 	}
-	for (size_t i = 0; i < n; i++) {
-		e->sge[i].addr = sg[i].addr;
-		e->sge[i].length = sg[i].length;
-		e->sge[i].lkey = sg[i].lkey;
-	}
+	put_sges(e->sge, sg, n);
 	e->num_sge = (uint8_t)n;
 	e->inline_len = 0;
 	e->flags &= ~IBV_SEND_INLINE;
