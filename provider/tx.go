@@ -621,6 +621,17 @@ func (t *txState) gather(m *txMsg, sges []verbs.SGE, write bool) bool {
 	return true
 }
 
+// payload sets the data of a Send or Write: its inline data or its SGEs.
+func (t *txState) payload(m *txMsg, sqe *verbs.SQE) bool {
+	if sqe.Flags&verbs.SendInline != 0 {
+		d := sqe.InlineData()
+		m.data = [][]byte{d}
+		m.total = len(d)
+		return true
+	}
+	return t.gather(m, sqe.SGEs(), false)
+}
+
 // localError completes a work request that cannot start and takes the QP down.
 func (t *txState) localError(idx uint32, status uint32, err error) {
 	t.e.completeSend(idx, status, 0)
@@ -647,11 +658,7 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 		if sqe.Flags&verbs.SendSolicited != 0 {
 			m.h.Opcode += wire.OpSendSE - wire.OpSend
 		}
-		if sqe.Flags&verbs.SendInline != 0 {
-			d := sqe.InlineData()
-			m.data = [][]byte{d}
-			m.total = len(d)
-		} else if !t.gather(m, sqe.SGEs(), false) {
+		if !t.payload(m, sqe) {
 			t.localError(idx, verbs.WCLocProtErr, errLocalProt)
 			return nil, stallNone
 		}
@@ -661,11 +668,7 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 		m.h.Opcode = wire.OpWrite
 		m.h.STag = sqe.RKey
 		m.baseTO = sqe.RemoteAddr
-		if sqe.Flags&verbs.SendInline != 0 {
-			d := sqe.InlineData()
-			m.data = [][]byte{d}
-			m.total = len(d)
-		} else if !t.gather(m, sqe.SGEs(), false) {
+		if !t.payload(m, sqe) {
 			t.localError(idx, verbs.WCLocProtErr, errLocalProt)
 			return nil, stallNone
 		}
@@ -739,12 +742,7 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 		t.localError(idx, verbs.WCLocQPOpErr, errors.New("goiwarp: unsupported work request opcode"))
 		return nil, stallNone
 	}
-	if m.byteLen == 0 {
-		m.byteLen = uint32(m.total)
-	}
-	if m.next != nil {
-		m.byteLen = uint32(m.total)
-	}
+	m.byteLen = uint32(m.total) // the Immediate Data message set its own
 	return m, stallNone
 }
 
