@@ -236,7 +236,7 @@ func (e *Endpoint) sendRTR() error {
 	hl, _ := wire.EncodeHeader(b[2:], &h)
 	wire.PutULPDULen(b[:], hl)
 	n := wire.MPALenSize + hl + wire.PadLen(hl)
-	frame := e.tx.frameOne(b[:n], b[n:n+4+8])
+	frame := e.tx.frameOne(b[:n])
 	_, err := e.c.Write(frame)
 	if err == nil {
 		e.ctr.AddTx(1, uint64(len(frame)))

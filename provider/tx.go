@@ -850,7 +850,7 @@ func (t *txState) marker() {
 
 // frameOne frames a single FPDU given as bytes (length, header, pad) and
 // returns it with its CRC (and markers), for the RTR sent before RTS.
-func (t *txState) frameOne(fpdu []byte, _ []byte) []byte {
+func (t *txState) frameOne(fpdu []byte) []byte {
 	t.fstart = t.spos
 	t.crcAcc = 0
 	t.resetBatch()
@@ -896,52 +896,50 @@ var testAfterWrite func(e *Endpoint)
 
 // writeFD is write's part under the socket reference.
 func (t *txState) writeFD(fd uintptr) {
-	{
-		for t.wi < len(t.iov) {
-			t.iovecs = t.iovecs[:0]
-			for i := t.wi; i < len(t.iov) && len(t.iovecs) < batchIOV; i++ {
-				b := t.iov[i]
-				if i == t.wi {
-					b = b[t.wo:]
-				}
-				if len(b) == 0 {
-					continue
-				}
-				v := unix.Iovec{Base: &b[0]}
-				v.SetLen(len(b))
-				t.iovecs = append(t.iovecs, v)
+	for t.wi < len(t.iov) {
+		t.iovecs = t.iovecs[:0]
+		for i := t.wi; i < len(t.iov) && len(t.iovecs) < batchIOV; i++ {
+			b := t.iov[i]
+			if i == t.wi {
+				b = b[t.wo:]
 			}
-			if len(t.iovecs) == 0 {
-				t.wi = len(t.iov)
-				break
-			}
-			n, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.iovecs[0])), uintptr(len(t.iovecs)))
-			runtime.KeepAlive(t.iov)
-			if errno == syscall.EINTR {
+			if len(b) == 0 {
 				continue
 			}
-			if errno == syscall.EAGAIN {
-				if t.giveUp {
-					t.wErr = errno
-					return
-				}
-				t.wBlock = true
-				return
-			}
-			if errno != 0 {
+			v := unix.Iovec{Base: &b[0]}
+			v.SetLen(len(b))
+			t.iovecs = append(t.iovecs, v)
+		}
+		if len(t.iovecs) == 0 {
+			t.wi = len(t.iov)
+			break
+		}
+		n, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.iovecs[0])), uintptr(len(t.iovecs)))
+		runtime.KeepAlive(t.iov)
+		if errno == syscall.EINTR {
+			continue
+		}
+		if errno == syscall.EAGAIN {
+			if t.giveUp {
 				t.wErr = errno
 				return
 			}
-			t.advance(int(n))
-			t.e.ctr.AddTx(0, uint64(n))
-			if testAfterWrite != nil {
-				testAfterWrite(t.e)
-			}
-			// Complete what this write finished at once: a later writev
-			// of the batch may fail, and the peer may already answer
-			// (and close) what it received.
-			t.retire()
+			t.wBlock = true
+			return
 		}
+		if errno != 0 {
+			t.wErr = errno
+			return
+		}
+		t.advance(int(n))
+		t.e.ctr.AddTx(0, uint64(n))
+		if testAfterWrite != nil {
+			testAfterWrite(t.e)
+		}
+		// Complete what this write finished at once: a later writev
+		// of the batch may fail, and the peer may already answer
+		// (and close) what it received.
+		t.retire()
 	}
 }
 
