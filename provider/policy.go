@@ -97,6 +97,17 @@ func PolicyFromEnv() Policy {
 			return true
 		}
 	}
+	// duration reads a Go duration ("1.5s") or a number of seconds.
+	duration := func(v string) (time.Duration, bool) {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d, true
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, false
+		}
+		return time.Duration(n * float64(time.Second)), true
+	}
 	env("GOIWARP_MPA_REV", func(v string) bool {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 2 {
@@ -142,30 +153,16 @@ func PolicyFromEnv() Policy {
 		return true
 	})
 	env("GOIWARP_MPA_TIMEOUT", func(v string) bool {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			n, err2 := strconv.ParseFloat(v, 64)
-			if err2 != nil {
-				return false
-			}
-			d = time.Duration(n * float64(time.Second))
-		}
-		if d <= 0 {
+		d, ok := duration(v)
+		if !ok || d <= 0 {
 			return false
 		}
 		p.Timeout = d
 		return true
 	})
 	env("GOIWARP_RNR_TIMEOUT", func(v string) bool {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			n, err2 := strconv.ParseFloat(v, 64)
-			if err2 != nil {
-				return false
-			}
-			d = time.Duration(n * float64(time.Second))
-		}
-		if d < 0 {
+		d, ok := duration(v)
+		if !ok || d < 0 {
 			return false
 		}
 		p.RNRTimeout = d
