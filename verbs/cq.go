@@ -180,24 +180,25 @@ func (cq *CQ) Push(e *CQE, solicited bool) bool {
 	}
 	*(*CQE)(r.entry(p)) = *e
 	r.setProd(p + 1)
+	// Disarm under cq.mu: Resize swaps (and unmaps) the ring under it.
+	fire := cq.Chan != nil && disarm(&r.hdr.Notify, solicited || e.Status != WCSuccess)
 	cq.mu.Unlock()
-	cq.notify(solicited || e.Status != WCSuccess)
+	if fire {
+		cq.Chan.signal(cq.Cookie)
+	}
 	return true
 }
 
-func (cq *CQ) notify(solicited bool) {
-	if cq.Chan == nil {
-		return
-	}
-	n := &cq.Ring.hdr.Notify
+// disarm consumes the request of req_notify_cq that this completion fires
+// (any armed request, or only "next" when the completion is not solicited).
+func disarm(n *uint32, solicited bool) bool {
 	for {
 		armed := atomic.LoadUint32(n)
 		if armed == notifyNone || (armed == notifySolicited && !solicited) {
-			return
+			return false
 		}
 		if atomic.CompareAndSwapUint32(n, armed, notifyNone) {
-			cq.Chan.signal(cq.Cookie)
-			return
+			return true
 		}
 	}
 }

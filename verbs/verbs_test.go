@@ -339,6 +339,22 @@ func TestCQNotify(t *testing.T) {
 	assert.EqualValues(t, notifyNone, f.cq.Ring.hdr.Notify, "one shot")
 }
 
+// Push reads the ring's notify word under the lock Resize swaps the ring
+// under (run with -race).
+func TestCQPushDuringResize(t *testing.T) {
+	f := newFixture(t, 4, false)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 4; i++ {
+			f.cq.Push(&CQE{WRID: uint64(i)}, true)
+		}
+	}()
+	require.NoError(t, f.cq.Resize(64))
+	<-done
+	assert.EqualValues(t, 4, f.cq.Ring.prod()-f.cq.Ring.cons())
+}
+
 func TestCQOverflowRaisesAsyncEvent(t *testing.T) {
 	f := newFixture(t, 2, false)
 	assert.True(t, f.cq.Push(&CQE{}, false))
