@@ -16,11 +16,13 @@ import (
 // the QP's verbs.Transport.
 //
 // Goroutines: one RX goroutine reads the socket, places data and writes
-// CQEs; one TX goroutine waits for writability when a transmitter found the
-// socket full; events go to the callback from a third, short-lived one so
-// that the callback may call anything (including Close). Transmission
-// itself runs in the context of whoever holds the TX token (an application
-// thread in post_send, or the RX goroutine sending responses).
+// CQEs (a thread polling a CQ of the QP may take a turn: Progress); one TX
+// goroutine waits for writability when a transmitter found the socket full;
+// events go to the callback from a third, short-lived one so that the
+// callback may call anything (including Close). Transmission itself runs in
+// the context of whoever holds the TX token (an application thread in
+// post_send, the RX goroutine sending responses, a poller or the TX
+// goroutine resuming a full socket).
 type Endpoint struct {
 	qp  *verbs.QP
 	pd  *verbs.PD
