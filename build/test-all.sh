@@ -2,8 +2,8 @@
 # test-all.sh: every test of the tree, in the order CI runs them (.ci/run runs
 # this after installing packages). Needs the Debian packages of build/deps.sh.
 #   go vet, gofmt check, go test -race, each fuzz target for FUZZTIME (10s),
-#   cmake configure + build, ctest, and an install smoke test (lib, headers,
-#   goiwarp.pc, examples; pkg-config).
+#   cmake configure + build, ctest, and an install smoke test (shim + core,
+#   headers, goiwarp.pc, examples; pkg-config; the installed giw_stat runs).
 # Env: GOIWARP_BUILD_DIR (default _build), FUZZTIME (default 10s; 0 skips fuzzing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,12 +73,18 @@ prefix=$logs/prefix
 cmake --install "$B" --prefix "$prefix" >/dev/null
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$B/CMakeCache.txt")
 headers=$(if [[ -d include ]]; then cd include && find . -name '*.h' | sed 's|^\./|include/|'; fi)
-for f in "$libdir/libgoiwarp.so.1" "$libdir/libgoiwarp.so" "$libdir/pkgconfig/goiwarp.pc" $headers; do
+for f in "$libdir/libgoiwarp.so.1" "$libdir/libgoiwarp.so" "$libdir/libgoiwarp-core.so.1" \
+  "$libdir/pkgconfig/goiwarp.pc" $headers; do
   [[ -e $prefix/$f ]] || { echo "FAIL: install: $prefix/$f missing"; exit 1; }
 done
 PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig pkg-config --cflags --libs goiwarp
 [[ -L $prefix/$libdir/libgoiwarp.so ]] || { echo "FAIL: install: $libdir/libgoiwarp.so is not a symlink"; exit 1; }
-echo "ok: install (lib, soname link, $(echo $headers | wc -w) headers, goiwarp.pc, $(ls "$prefix/bin" 2>/dev/null | wc -l) examples)"
+# The installed program finds the installed shim (relative rpath) and the shim
+# its core next to it: giw_stat lists giw_lo.
+stat=$("$prefix/bin/giw_stat" 2>&1) || true
+grep -q '^giw_lo ' <<<"$stat" ||
+  { echo "FAIL: install: $prefix/bin/giw_stat does not list giw_lo:"; echo "$stat"; exit 1; }
+echo "ok: install (shim, soname link, core, giw_stat runs, $(echo $headers | wc -w) headers, goiwarp.pc, $(ls "$prefix/bin" 2>/dev/null | wc -l) examples)"
 
 step summary
 grep -E '^(ok|FAIL|---|\?)' "$logs/gotest" | grep -v '^---' || true
