@@ -81,6 +81,3 @@ func goVerbsClose(h C.uintptr_t) {
 	}
 	deleteHandle(h)
 }
-
-//export goVerbsLiveHandles
-func goVerbsLiveHandles() C.long { return C.long(liveHandles.Load()) }
