@@ -150,7 +150,6 @@ struct gcapi_qp {
 	uint32_t max_send_sge, max_recv_sge, max_inline;
 	uint32_t max_send_wr, max_recv_wr;
 	int sq_sig_all;
-	uint64_t send_ops_flags;
 	/* ibv_wr_* builder state, valid between wr_start and wr_complete/abort */
 	struct giw_sqe *wr_cur; /* entry of the current WR, NULL before the first */
 	uint32_t wr_prod; /* next free slot */

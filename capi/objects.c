@@ -615,7 +615,6 @@ struct ibv_qp *gcapi_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	q->max_recv_sge = cap.max_recv_sge;
 	q->max_inline = cap.max_inline_data;
 	q->sq_sig_all = a->sq_sig_all;
-	q->send_ops_flags = (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? a->send_ops_flags : 0;
 	pthread_spin_init(&q->sq_lock, PTHREAD_PROCESS_PRIVATE);
 	pthread_spin_init(&q->rq_lock, PTHREAD_PROCESS_PRIVATE);
 
