@@ -239,7 +239,7 @@ func (e *Endpoint) sendRTR() error {
 	wire.PutULPDULen(b[:], hl)
 	n := wire.MPALenSize + hl + wire.PadLen(hl)
 	frame := e.tx.frameOne(b[:n])
-	_, err := e.c.Write(frame)
+	err := writeFrame(e.c, frame)
 	if err == nil {
 		e.ctr.AddTx(1, uint64(len(frame)))
 	}

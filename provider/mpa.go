@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goiwarp/goiwarp/provider/wire"
 	"github.com/goiwarp/goiwarp/verbs"
 )
@@ -53,6 +55,37 @@ func (p *Policy) privateData(rev int, enh bool, user []byte, ird, ord uint8, v2 
 	return append([]byte(nil), user...), nil
 }
 
+// writeFrame writes all of b to c with MSG_NOSIGNAL (net.Conn.Write is a
+// write(2)): a peer that went away gives EPIPE, never a SIGPIPE into the
+// application's process. c's write deadline applies.
+func writeFrame(c *net.TCPConn, b []byte) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	err = rc.Write(func(fd uintptr) bool {
+		for len(b) > 0 {
+			n, err := unix.SendmsgN(int(fd), b, nil, nil, unix.MSG_NOSIGNAL)
+			switch err {
+			case nil:
+				b = b[n:]
+			case unix.EINTR:
+			case unix.EAGAIN:
+				return false
+			default:
+				werr = err
+				return true
+			}
+		}
+		return true
+	})
+	if werr != nil {
+		return werr
+	}
+	return err
+}
+
 // readMPAFrame reads exactly one request/reply frame and nothing after it.
 func readMPAFrame(c net.Conn, want wire.MPAKind) (wire.MPAFields, []byte, error) {
 	var hdr [wire.MPAHeaderLen]byte
@@ -88,7 +121,7 @@ func splitPrivateData(f wire.MPAFields, pd []byte, pol *Policy) (v2 wire.MPAV2Pa
 
 // initiate runs the initiator's side of the MPA exchange on c. It returns
 // rejected=true with the reject's private data, or the negotiated stream.
-func initiate(c net.Conn, pol *Policy, p ConnParams) (neg negotiated, rejectPD []byte, rejected bool, err error) {
+func initiate(c *net.TCPConn, pol *Policy, p ConnParams) (neg negotiated, rejectPD []byte, rejected bool, err error) {
 	enh := pol.Revision == 2
 	v2 := wire.MPAV2Params{}
 	if pol.P2P && enh {
@@ -104,7 +137,7 @@ func initiate(c net.Conn, pol *Policy, p ConnParams) (neg negotiated, rejectPD [
 	req := wire.MPAFields{Kind: wire.MPARequest, Markers: pol.Markers, CRC: pol.CRC, Enhanced: enh,
 		Revision: uint8(pol.Revision)}
 	frame := wire.AppendMPAFrame(nil, &req, pd)
-	if _, err := c.Write(frame); err != nil {
+	if err := writeFrame(c, frame); err != nil {
 		return neg, nil, false, err
 	}
 	f, rpd, err := readMPAFrame(c, wire.MPAReply)
@@ -365,7 +398,7 @@ func (e *Endpoint) acceptInto(r *Request, p ConnParams) error {
 		f.Reject = true
 		rpd, _ := r.pol.privateData(int(f.Revision), f.Enhanced, nil, 0, 0, wire.MPAV2Params{})
 		_ = r.c.SetWriteDeadline(time.Now().Add(r.pol.Timeout))
-		_, _ = r.c.Write(wire.AppendMPAFrame(nil, &f, rpd))
+		_ = writeFrame(r.c, wire.AppendMPAFrame(nil, &f, rpd))
 		r.c.Close()
 		return err
 	}
@@ -373,7 +406,7 @@ func (e *Endpoint) acceptInto(r *Request, p ConnParams) error {
 	// first FPDU may follow the reply at once.
 	e.startRX()
 	_ = r.c.SetWriteDeadline(time.Now().Add(r.pol.Timeout))
-	_, err = r.c.Write(wire.AppendMPAFrame(nil, &f, pd))
+	err = writeFrame(r.c, wire.AppendMPAFrame(nil, &f, pd))
 	_ = r.c.SetWriteDeadline(time.Time{})
 	if err != nil {
 		e.fail(nil, fmt.Errorf("MPA reply: %w", err))
@@ -402,7 +435,7 @@ func (r *Request) Reject(privateData []byte) error {
 		return err
 	}
 	_ = r.c.SetWriteDeadline(time.Now().Add(r.pol.Timeout))
-	_, err = r.c.Write(wire.AppendMPAFrame(nil, &f, pd))
+	err = writeFrame(r.c, wire.AppendMPAFrame(nil, &f, pd))
 	return err
 }
 

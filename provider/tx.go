@@ -16,7 +16,7 @@ import (
 
 // Transmit side. Whoever holds the TX token (verbs.QP.TakeTx) runs
 // txState.run: internal messages (Read Responses, Atomic Responses,
-// Terminate) first, then the send queue; FPDUs are batched into one writev
+// Terminate) first, then the send queue; FPDUs are batched into one sendmsg
 // of header/trailer bytes and slices of registered memory. A run that finds
 // the socket full hands the token to the TX goroutine, which waits for
 // writability; application threads never block.
@@ -138,6 +138,7 @@ type txState struct {
 	written int64
 	acts    []txAct
 	iovecs  []unix.Iovec
+	msg     unix.Msghdr      // sendmsg's header over iovecs
 	wfn     func(fd uintptr) // writeFD, bound once
 	wBlock  bool
 	wErr    error
@@ -914,7 +915,11 @@ func (t *txState) writeFD(fd uintptr) {
 			t.wi = len(t.iov)
 			break
 		}
-		n, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.iovecs[0])), uintptr(len(t.iovecs)))
+		// sendmsg, not writev: MSG_NOSIGNAL turns a peer that went away
+		// into EPIPE instead of a SIGPIPE into the application.
+		t.msg.Iov = &t.iovecs[0]
+		t.msg.SetIovlen(len(t.iovecs))
+		n, _, errno := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&t.msg)), unix.MSG_NOSIGNAL)
 		runtime.KeepAlive(t.iov)
 		if errno == syscall.EINTR {
 			continue

@@ -1,6 +1,8 @@
 # Shared by the symbol tests and build/symbols.sh (sourced, not run).
 # The public API: what build/libgoiwarp.map exports.
 GIW_API_RE='^(ibv_|rdma_|giw_|_ibv_|__ibv_)|_to_ibv_rate$'
+# libc's signal-installing calls, defined by the shim alone (capi/loader/signals.c).
+GIW_SIGNAL_RE='^(sigaction|signal|bsd_signal|sysv_signal|__sysv_signal|sigset)$'
 # What an rdma-core binary may import from us (giw_* is ours only). rsockets'
 # r* calls (rsocket, rsend, ...) are not rdma_* and are deliberately not matched.
 GIW_IMPORT_RE='^(ibv_|rdma_|_ibv_|__ibv_)|_to_ibv_rate$'

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # loader_exports SHIM CORE
 # The loader shim (libgoiwarp.so.1, capi/loader/) must export exactly the
-# public names of the Go core (libgoiwarp-core.so.1), all of them functions
+# public names of the Go core (libgoiwarp-core.so.1) plus its own signal
+# interposers (GIW_SIGNAL_RE, all of them), all of them functions
 # (a trampoline cannot forward data), and the core's SONAME must be the one the
 # shim dlopen()s.
 set -euo pipefail
@@ -12,7 +13,11 @@ core=${2:?usage: loader_exports.sh SHIM CORE}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
-giw_defined "$shim" >"$tmp/shim"
+giw_defined "$shim" | grep -Ev "$GIW_SIGNAL_RE" >"$tmp/shim" || true
+nsig=$(giw_defined "$shim" | grep -cE "$GIW_SIGNAL_RE" || true)
+if [[ $nsig -ne 6 ]]; then
+  echo "FAIL: the shim defines $nsig of the 6 signal interposers (capi/loader/signals.c)"; fail=1
+fi
 giw_defined "$core" | grep -E "$GIW_API_RE" >"$tmp/core" || true
 if ! diff -u "$tmp/core" "$tmp/shim" >"$tmp/diff"; then
   echo "FAIL: the shim's exports differ from the core's public names (- core, + shim):"
