@@ -183,6 +183,14 @@ static inline struct gcapi_srq *gcapi_srq(struct ibv_srq *srq)
 	return (struct gcapi_srq *)srq;
 }
 
+/* Set in a child forked after the core was loaded (fork.c): every op that
+ * could enter Go fails with EPERM there. */
+extern int gcapi_forked;
+static inline int gcapi_in_forked_child(void)
+{
+	return __builtin_expect(__atomic_load_n(&gcapi_forked, __ATOMIC_RELAXED), 0);
+}
+
 /* errno helpers: the one place errno is set. */
 static inline int gcapi_err(int e)
 {

@@ -141,6 +141,10 @@ int gcapi_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_w
 	struct giw_ring *r = q->sq;
 	int err = 0, posted = 0;
 
+	if (gcapi_in_forked_child()) {
+		*bad = wr;
+		return gcapi_err(EPERM);
+	}
 	pthread_spin_lock(&q->sq_lock);
 	if (!sq_postable(LOAD_ACQ(&r->state))) {
 		pthread_spin_unlock(&q->sq_lock);
@@ -212,6 +216,10 @@ int gcapi_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_w
 	struct giw_ring *r = q->rq;
 	int err, posted = 0;
 
+	if (gcapi_in_forked_child()) {
+		*bad = wr;
+		return gcapi_err(EPERM);
+	}
 	if (!r) { /* the QP takes its receives from an SRQ */
 		*bad = wr;
 		return EINVAL;
@@ -241,6 +249,10 @@ int gcapi_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_
 	struct gcapi_srq *s = gcapi_srq(srq);
 	int err, posted = 0;
 
+	if (gcapi_in_forked_child()) {
+		*bad = wr;
+		return gcapi_err(EPERM);
+	}
 	pthread_spin_lock(&s->lock);
 	err = post_rq(s->ring, wr, bad, s->max_sge ? s->max_sge : 1, &posted);
 	pthread_spin_unlock(&s->lock);
@@ -295,8 +307,12 @@ int gcapi_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	uint32_t active = 0;
 	int i;
 
-	if (n <= 0)
-		return n < 0 ? -1 : 0;
+	if (n < 0 || gcapi_in_forked_child()) {
+		gcapi_err(n < 0 ? EINVAL : EPERM);
+		return -1;
+	}
+	if (n == 0)
+		return 0;
 	i = poll_ring(c, n, wc, &active);
 	if (i == 0 && active && goVerbsCQProgress(c->h))
 		i = poll_ring(c, n, wc, &active);
@@ -307,6 +323,8 @@ int gcapi_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
 	struct giw_ring *r = gcapi_cq(cq)->ring;
 
+	if (gcapi_in_forked_child())
+		return gcapi_err(EPERM);
 	if (!solicited_only) {
 		__atomic_store_n(&r->notify, GIW_NOTIFY_NEXT, __ATOMIC_SEQ_CST);
 	} else {
@@ -341,6 +359,8 @@ static int cqx_start_poll(struct ibv_cq_ex *cq, struct ibv_poll_cq_attr *attr)
 
 	if (attr && attr->comp_mask)
 		return EINVAL;
+	if (gcapi_in_forked_child())
+		return gcapi_err(EPERM);
 	pthread_spin_lock(&c->lock);
 	e = cqx_take(c);
 	if (e) {
@@ -436,9 +456,13 @@ static void wrx_start(struct ibv_qp_ex *qpx)
 {
 	struct gcapi_qp *q = gcapi_qpx(qpx);
 
+	q->wr_cur = NULL;
+	if (gcapi_in_forked_child()) { /* no lock: the parent may have held it */
+		q->wr_err = EPERM;
+		return;
+	}
 	pthread_spin_lock(&q->sq_lock);
 	q->wr_prod = q->sq->prod;
-	q->wr_cur = NULL;
 	q->wr_err = 0;
 }
 
@@ -645,6 +669,8 @@ static int wrx_complete(struct ibv_qp_ex *qpx)
 	int err = q->wr_err;
 	int posted = 0;
 
+	if (gcapi_in_forked_child()) /* wrx_start took no lock */
+		return gcapi_err(EPERM);
 	if (!err && !sq_postable(LOAD_ACQ(&r->state)))
 		err = EINVAL;
 	if (!err && q->wr_prod != r->prod) {
@@ -665,7 +691,8 @@ static void wrx_abort(struct ibv_qp_ex *qpx)
 
 	q->wr_cur = NULL;
 	q->wr_err = 0;
-	pthread_spin_unlock(&q->sq_lock);
+	if (!gcapi_in_forked_child()) /* else wrx_start took no lock */
+		pthread_spin_unlock(&q->sq_lock);
 }
 
 void gcapi_qp_ex_init(struct gcapi_qp *q)

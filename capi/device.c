@@ -342,6 +342,8 @@ static int query_device_ex(struct ibv_context *ctx, const struct ibv_query_devic
 
 	if (in && in->comp_mask)
 		return EINVAL;
+	if (gcapi_in_forked_child())
+		return gcapi_err(EPERM);
 	if (len < sizeof(attr->orig_attr))
 		return EINVAL;
 	memset(&full, 0, sizeof(full));
@@ -398,7 +400,7 @@ static int query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_
 			 size_t len)
 {
 	struct ibv_port_attr full;
-	int e = fill_port(ctx, port, &full);
+	int e = gcapi_in_forked_child() ? gcapi_err(EPERM) : fill_port(ctx, port, &full);
 
 	if (e)
 		return e;

@@ -415,6 +415,8 @@ struct ibv_cq_ex *gcapi_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init
 {
 	struct gcapi_cq *c;
 
+	if (gcapi_in_forked_child())
+		return gcapi_errp(EPERM);
 	if (!a)
 		return gcapi_errp(EINVAL);
 	if (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
@@ -510,6 +512,8 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
 
 struct ibv_srq *gcapi_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *a)
 {
+	if (gcapi_in_forked_child())
+		return gcapi_errp(EPERM);
 	if (!a)
 		return gcapi_errp(EINVAL);
 	if (a->comp_mask & ~(uint32_t)(IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE))
@@ -569,6 +573,8 @@ struct ibv_qp *gcapi_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	uint32_t qpn = 0;
 	int e;
 
+	if (gcapi_in_forked_child())
+		return gcapi_errp(EPERM);
 	if (!ctx || !a)
 		return gcapi_errp(EINVAL);
 	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |

@@ -21,8 +21,15 @@
  * the normal search path -- RTLD_NOW|RTLD_LOCAL, and fills the whole table with
  * dlsym(). A process that forks before its first RDMA call therefore starts a
  * fresh Go runtime in the child (and another one in the parent if it calls too).
- * A process that calls first and then forks is where it was before: the child
- * must exec or not use RDMA.
+ * A process that calls first and then forks has a child without a Go runtime
+ * (fork keeps one thread) but with copies of the parent's sockets: a call into
+ * the core there could hang, or transmit on the parent's connections. So the
+ * shim registers a pthread_atfork child handler when it loads the core, which
+ * points every slot at a stub that fails the call the way its kind fails
+ * (gen-symbols.sh: NULL, -1 or an errno value, errno EPERM; void calls do
+ * nothing; plain-C tables such as ibv_wc_status_str still work) and says so
+ * once on stderr. The core's own fast path (ops called inline, not through
+ * the shim) checks the same in capi (gcapi_in_forked_child).
  *
  * RTLD_LOCAL: the core's exports never enter the global scope, so the program's
  * and libibverbs'/librdmacm's references (LD_PRELOAD) bind to the shim's names
@@ -39,13 +46,15 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "goiwarp_symbols.h" /* generated: GOIWARP_NSYMS, GIW_SYM(i, name) lines */
+#include "goiwarp_symbols.h" /* generated: GOIWARP_NSYMS, GIW_SYM(i, name, kind) lines */
 
 #ifndef GOIWARP_CORE_SONAME
 #error "GOIWARP_CORE_SONAME must be defined (CMakeLists.txt)"
@@ -58,10 +67,72 @@ HIDDEN void *goiwarp_loader_table[GOIWARP_NSYMS];
 HIDDEN void *goiwarp_loader_resolve(unsigned idx);
 
 static const char *const names[GOIWARP_NSYMS] = {
-#define GIW_SYM(i, name) [i] = #name,
+#define GIW_SYM(i, name, kind) [i] = #name,
 #include "goiwarp_symbols.h"
 #undef GIW_SYM
 };
+
+/* ---- a child forked after the core was loaded ---------------------------- */
+static void say_forked(void)
+{
+	static int said;
+	char msg[160];
+
+	if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		return;
+	int n = snprintf(msg, sizeof msg,
+			 "libgoiwarp: pid %d was forked after its first RDMA call: RDMA calls fail "
+			 "with EPERM here (exec first)\n",
+			 (int)getpid());
+	if (n > 0)
+		(void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+}
+
+/* The stubs take no parameters: the SysV ABIs let a caller pass arguments a
+ * callee ignores, and every API function returns a scalar or a pointer. */
+static void *child_ptr(void)
+{
+	say_forked();
+	errno = EPERM;
+	return NULL;
+}
+
+static long child_neg(void)
+{
+	say_forked();
+	errno = EPERM;
+	return -1;
+}
+
+static long child_errno(void)
+{
+	say_forked();
+	errno = EPERM;
+	return EPERM;
+}
+
+static void child_void(void)
+{
+	say_forked();
+}
+
+#define KIND_PASS NULL
+#define KIND_PTR (void *)child_ptr
+#define KIND_NEG (void *)child_neg
+#define KIND_ERRNO (void *)child_errno
+#define KIND_VOID (void *)child_void
+static void *const child_stub[GOIWARP_NSYMS] = {
+#define GIW_SYM(i, name, kind) [i] = KIND_##kind,
+#include "goiwarp_symbols.h"
+#undef GIW_SYM
+};
+
+static void in_forked_child(void)
+{
+	for (unsigned i = 0; i < GOIWARP_NSYMS; i++)
+		if (child_stub[i])
+			goiwarp_loader_table[i] = child_stub[i]; /* one thread left: plain stores */
+}
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char shim_dir[PATH_MAX]; /* absolute, no trailing '/'; "" if unknown */
@@ -125,6 +196,10 @@ static void load_core(void)
 		}
 		/* release: a trampoline that sees the slot (aarch64: ldar) sees the loaded core */
 		__atomic_store_n(&goiwarp_loader_table[i], p, __ATOMIC_RELEASE);
+	}
+	if (pthread_atfork(NULL, NULL, in_forked_child) != 0) {
+		fprintf(stderr, "libgoiwarp: pthread_atfork failed\n");
+		abort();
 	}
 }
 

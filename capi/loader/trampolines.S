@@ -8,7 +8,7 @@
  *
  * Nothing of the caller's frame is touched: stack arguments, the return address
  * and struct-return pointers reach the core as the caller laid them out.
- * The name list comes from the generated goiwarp_symbols.h (GIW_SYM(i, name)).
+ * The name list comes from the generated goiwarp_symbols.h (GIW_SYM(i, name, kind)).
  */
 #include "goiwarp_symbols.h"
 
@@ -86,7 +86,7 @@ goiwarp_loader_slow:
 	.cfi_endproc
 	.size goiwarp_loader_slow, .-goiwarp_loader_slow
 
-#define GIW_SYM(i, name) GIW_TRAMPOLINE name, i
+#define GIW_SYM(i, name, kind) GIW_TRAMPOLINE name, i
 #include "goiwarp_symbols.h"
 #undef GIW_SYM
 
@@ -157,7 +157,7 @@ goiwarp_loader_slow:
 	.cfi_endproc
 	.size goiwarp_loader_slow, .-goiwarp_loader_slow
 
-#define GIW_SYM(i, name) GIW_TRAMPOLINE name, i
+#define GIW_SYM(i, name, kind) GIW_TRAMPOLINE name, i
 #include "goiwarp_symbols.h"
 #undef GIW_SYM
 
