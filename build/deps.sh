@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# deps.sh [all|build]: installs the Debian packages goiwarp needs (idempotent,
-# noninteractive). "build" = enough to build and run the main job; "all" (the
-# default) = everything the tests need. Runs apt-get only when something is missing.
+# deps.sh [all|build|bench]: installs the Debian packages goiwarp needs
+# (idempotent, noninteractive). "build" = enough to build and run the main job;
+# "all" (the default) = everything the tests need; "bench" = the build plus the
+# references bench/compare.sh measures against. Runs apt-get only when something
+# is missing.
 set -euo pipefail
 build_pkgs=(cmake make gcc g++ pkg-config binutils file git
   libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest)
 test_pkgs=(qperf tshark iperf3 python3 procps iproute2 coreutils)
 optional_pkgs=(dwarves)   # pahole, for the ABI test; installed when apt has it
+bench_pkgs=(qperf iperf3 ucx-utils strace python3 procps)
 
 want=("${build_pkgs[@]}")
 [[ ${1:-all} == all ]] && want+=("${test_pkgs[@]}" "${optional_pkgs[@]}")
+[[ ${1:-all} == bench ]] && want+=("${bench_pkgs[@]}")
 
 missing=()
 for p in "${want[@]}"; do
