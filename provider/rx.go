@@ -328,10 +328,13 @@ func (rx *rxState) pump(fd uintptr) bool {
 	return true
 }
 
-// Progress is verbs.Transport.Progress: a poller's turn at the socket. A
-// poller of the send CQ only (recv false) reads only while a Read or Atomic
-// it may complete is outstanding: a stream of Writes and Sends gets nothing
-// back, and an empty read would cost a syscall on the socket's lock per poll.
+// Progress is verbs.Transport.Progress: a poller's turn at the socket. It
+// reads only when what arrives could complete into the polled CQ: a Read or
+// Atomic Response (any CQ of the QP), or, on the receive CQ (recv), a Send or
+// Immediate Data for a posted receive or the one being filled. Anything
+// else -- Writes, requests to answer, a Terminate -- the RX goroutine
+// handles; an empty read would cost a syscall per poll (perftest's write
+// tests poll one CQ for both queues and post no receives).
 func (e *Endpoint) Progress(recv bool) bool {
 	did := false
 	if e.tx.blocked.Load() {
@@ -342,8 +345,19 @@ func (e *Endpoint) Progress(recv bool) bool {
 		e.life.RUnlock()
 	}
 	rx := e.rx.Load()
-	if rx == nil || e.dead.Load() || !recv && e.tx.ordOut.Load() == 0 {
+	if rx == nil || e.dead.Load() {
 		return did
+	}
+	if e.tx.ordOut.Load() == 0 && !(recv && e.qp.RecvPosted()) {
+		// Unless a receive is being filled (token-owned: looked at below).
+		if !recv || !rx.tok.TryLock() {
+			return did
+		}
+		filling := rx.cur.active
+		rx.tok.Unlock()
+		if !filling {
+			return did
+		}
 	}
 	// No life lock here (fail, called from the pump, may wake the
 	// transmitter, which takes it): the rings stay valid because a hard

@@ -495,6 +495,13 @@ func (qp *QP) ArmRecvWait() bool {
 	return false
 }
 
+// RecvPosted reports whether a receive is posted and not yet taken (on the
+// QP's RQ or its SRQ): whether a Send or Immediate Data could complete now.
+func (qp *QP) RecvPosted() bool {
+	r := qp.recvRing()
+	return r != nil && r.prod() != r.cons()
+}
+
 // RecvWake is signalled after ArmRecvWait when a receive was posted.
 func (qp *QP) RecvWake() <-chan struct{} { return qp.recvWake }
 
