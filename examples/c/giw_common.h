@@ -157,6 +157,12 @@ struct giw_qp_caps {
 	uint32_t recv_len; /* each one covers buf[0, recv_len) */
 };
 
+/* Completions polled from a shared CQ for the other kind of poller. */
+struct giw_wcq {
+	struct ibv_wc *wc;
+	int head, n, cap;
+};
+
 struct giw_ctx {
 	const char *dev;
 	int port;
@@ -164,8 +170,10 @@ struct giw_ctx {
 	struct rdma_cm_id *listen;
 	struct ibv_context *verbs;
 	struct ibv_pd *pd;
-	struct ibv_cq *scq, *rcq;
+	struct ibv_cq *scq, *rcq; /* the same CQ with shared_cq */
 	int scq_size, rcq_size;
+	int shared_cq; /* one CQ for both queues, as perftest's write tests */
+	struct giw_wcq pend[2]; /* shared_cq: [0] send, [1] receive completions */
 	uint8_t rd_atom;
 	int nconn;
 	struct giw_conn *conns;
@@ -276,12 +284,51 @@ static inline void giw_open_resources(struct giw_ctx *x, struct ibv_context *ver
 	x->pd = ibv_alloc_pd(verbs);
 	if (!x->pd)
 		giw_die("ibv_alloc_pd: %s", strerror(errno));
+	if (x->shared_cq) {
+		int n = x->scq_size + x->rcq_size;
+		x->scq = x->rcq = ibv_create_cq(verbs, n, NULL, NULL, 0);
+		if (!x->scq)
+			giw_die("ibv_create_cq(%d): %s", n, strerror(errno));
+		for (int k = 0; k < 2; k++) {
+			x->pend[k].cap = n;
+			x->pend[k].wc = calloc((size_t)n, sizeof(struct ibv_wc));
+			if (!x->pend[k].wc)
+				giw_die("out of memory");
+		}
+		return;
+	}
 	x->scq = ibv_create_cq(verbs, x->scq_size, NULL, NULL, 0);
 	if (!x->scq)
 		giw_die("ibv_create_cq(%d): %s", x->scq_size, strerror(errno));
 	x->rcq = ibv_create_cq(verbs, x->rcq_size, NULL, NULL, 0);
 	if (!x->rcq)
 		giw_die("ibv_create_cq(%d): %s", x->rcq_size, strerror(errno));
+}
+
+/* Polls up to max send (recv 0) or receive (recv 1) completions. With a
+ * shared CQ each poll sorts what it finds by opcode and keeps the other
+ * kind's completions for their poller; at most a CQ's worth are pending. */
+static inline int giw_poll(struct giw_ctx *x, int recv, int max, struct ibv_wc *out)
+{
+	if (!x->shared_cq)
+		return ibv_poll_cq(recv ? x->rcq : x->scq, max, out);
+	struct ibv_wc wc[16];
+	int n = ibv_poll_cq(x->scq, 16, wc);
+	if (n < 0)
+		return n;
+	for (int i = 0; i < n; i++) {
+		struct giw_wcq *q = &x->pend[(wc[i].opcode & IBV_WC_RECV) != 0];
+		if (q->n == q->cap)
+			giw_die("shared CQ: more completions pending than the CQ holds");
+		q->wc[(q->head + q->n++) % q->cap] = wc[i];
+	}
+	struct giw_wcq *q = &x->pend[recv != 0];
+	int k = 0;
+	for (; k < max && q->n > 0; k++, q->n--) {
+		out[k] = q->wc[q->head];
+		q->head = (q->head + 1) % q->cap;
+	}
+	return k;
 }
 
 static inline void giw_conn_buffers(struct giw_ctx *x, struct giw_conn *c, size_t buf_len)
@@ -482,7 +529,7 @@ static inline int giw_stale(struct giw_ctx *x, const struct ibv_wc *wc)
  * (or only a stale one). Any error status is fatal. */
 static inline int giw_poll_recv_one(struct giw_ctx *x, struct ibv_wc *wc)
 {
-	int n = ibv_poll_cq(x->rcq, 1, wc);
+	int n = giw_poll(x, 1, 1, wc);
 	if (n < 0)
 		giw_die("ibv_poll_cq(recv): %d", n);
 	if (n == 0 || giw_stale(x, wc))
@@ -498,7 +545,7 @@ static inline int giw_poll_recv_one(struct giw_ctx *x, struct ibv_wc *wc)
 static inline int giw_poll_send(struct giw_ctx *x)
 {
 	struct ibv_wc wc[16];
-	int n = ibv_poll_cq(x->scq, 16, wc);
+	int n = giw_poll(x, 0, 16, wc);
 	if (n < 0)
 		giw_die("ibv_poll_cq(send): %d", n);
 	for (int i = 0; i < n; i++) {
@@ -639,8 +686,10 @@ static inline void giw_teardown(struct giw_ctx *x, int client)
 	}
 	if (x->scq && ibv_destroy_cq(x->scq))
 		giw_die("ibv_destroy_cq failed");
-	if (x->rcq && ibv_destroy_cq(x->rcq))
+	if (x->rcq && x->rcq != x->scq && ibv_destroy_cq(x->rcq))
 		giw_die("ibv_destroy_cq failed");
+	free(x->pend[0].wc);
+	free(x->pend[1].wc);
 	if (x->pd && ibv_dealloc_pd(x->pd))
 		giw_die("ibv_dealloc_pd failed");
 	if (x->listen && rdma_destroy_id(x->listen))

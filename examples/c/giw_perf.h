@@ -56,6 +56,7 @@ static inline void giw_perf_usage(const struct giw_opts *o, FILE *f)
 		"  -n ITERS   iterations per size and QP (default %s)\n"
 		"  -D SECS    run each size for SECS seconds instead of -n\n"
 		"  -a         all sizes, 2 B .. 8 MiB (powers of two)\n"
+		"  -c         one CQ for sends and receives (perftest's write tests do)\n"
 		"  -q NUM     number of QPs (connections)%s (default 1)\n"
 		"  -t DEPTH   TX depth: WRs outstanding per QP (default %s)\n"
 		"  -r DEPTH   receives posted per QP%s (default 512)\n"
@@ -141,7 +142,7 @@ static inline void giw_post_data(struct giw_ctx *x, const struct giw_opts *o, in
 static inline void giw_rx_progress(struct giw_ctx *x, const struct giw_opts *o)
 {
 	struct ibv_wc wc[16];
-	int n = ibv_poll_cq(x->rcq, 16, wc);
+	int n = giw_poll(x, 1, 16, wc);
 	if (n < 0)
 		giw_die("ibv_poll_cq(recv): %d", n);
 	for (int i = 0; i < n; i++) {
@@ -451,7 +452,7 @@ static inline int giw_perf_main(int argc, char **argv, enum giw_op op, enum giw_
 	int size_set = 0, iters_set = 0, tx_set = 0;
 	struct giw_ctx x = {.dev = GIW_DEFAULT_DEV, .port = GIW_DEFAULT_PORT};
 	int ch;
-	while ((ch = getopt(argc, argv, "d:p:s:n:D:aq:t:r:h")) != -1) {
+	while ((ch = getopt(argc, argv, "d:p:s:n:D:acq:t:r:h")) != -1) {
 		switch (ch) {
 		case 'd': x.dev = optarg; break;
 		case 'p': x.port = (int)giw_parse_uint(optarg, "port (-p)", 1, 65535); break;
@@ -469,6 +470,7 @@ static inline int giw_perf_main(int argc, char **argv, enum giw_op op, enum giw_
 			break;
 		case 'D': o.duration = giw_parse_uint(optarg, "duration (-D)", 1, 86400); break;
 		case 'a': o.all = 1; break;
+		case 'c': x.shared_cq = 1; break;
 		case 'q': o.nqp = giw_parse_uint(optarg, "QPs (-q)", 1, 1024); break;
 		case 't': o.tx_depth = giw_parse_uint(optarg, "TX depth (-t)", 1, 1u << 16); tx_set = 1; break;
 		case 'r': o.rx_depth = giw_parse_uint(optarg, "RX depth (-r)", 1, 1u << 16); break;

@@ -2,13 +2,15 @@
 # run_pair.sh BIN PORT EXPECT [CLIENT_ARGS...]
 # Runs BIN as a server (background) and as a client of 127.0.0.1 on PORT, each
 # under a timeout. Passes when both exit 0 and the client's output matches the
-# extended regex EXPECT. Never leaves the server behind.
+# extended regex EXPECT. Never leaves the server behind. GIW_SERVER_ARGS
+# (environment) adds server options.
 set -uo pipefail
 bin=$1 port=$2 expect=$3
 shift 3
 limit=${GIW_TEST_TIMEOUT:-60}
 out=$(mktemp) srv=$(mktemp)
-timeout -k 5 "$limit" "$bin" -p "$port" >"$srv" 2>&1 &
+# shellcheck disable=SC2086 # GIW_SERVER_ARGS is a list of options
+timeout -k 5 "$limit" "$bin" -p "$port" ${GIW_SERVER_ARGS:-} >"$srv" 2>&1 &
 sp=$!
 trap 'kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null; rm -f "$out" "$srv"' EXIT
 timeout -k 5 "$limit" "$bin" -p "$port" "$@" 127.0.0.1 >"$out" 2>&1
