@@ -2,9 +2,12 @@
 // loopback in one run: a stream of 64 KiB RDMA Writes between two engines
 // over one connection, and a Go TCP copy loop with 64 KiB writes, several
 // runs each, CRC off and on. It prints min/median/max and the ratio of the
-// medians.
+// medians. -qps spreads the writes over several connections whose QPs
+// complete into one CQ per side; -shared-cq makes that one CQ serve both
+// queues of each QP (perftest's write tests do), so every empty poll asks
+// the engine for receive-side progress too.
 //
-//	go run ./bench/enginebw [-runs 5] [-dur 1s] [-size 65536] [-depth 32]
+//	go run ./bench/enginebw [-runs 5] [-dur 1s] [-size 65536] [-depth 32] [-qps 1] [-shared-cq]
 package main
 
 import (
@@ -33,6 +36,8 @@ var (
 	depth = flag.Int("depth", 32, "writes in flight")
 	prof  = flag.String("cpuprofile", "", "write a CPU profile of the engine runs to this file")
 	only  = flag.String("crc", "", "only this CRC setting (0 or 1)")
+	nqps  = flag.Int("qps", 1, "connections (QPs per side), writes round-robin, -depth in flight on each")
+	oneCQ = flag.Bool("shared-cq", false, "one CQ per side for sends and receives")
 )
 
 func main() {
@@ -53,7 +58,8 @@ func main() {
 			tcp = append(tcp, tcpRun())
 			eng = append(eng, engineRun())
 		}
-		fmt.Printf("CRC %s, %d-byte messages, %d runs of %v\n", map[string]string{"0": "off", "1": "on"}[crc], *size, *runs, *dur)
+		fmt.Printf("CRC %s, %d-byte messages, %d QP(s)%s, %d runs of %v\n", map[string]string{"0": "off", "1": "on"}[crc],
+			*size, *nqps, map[bool]string{true: ", shared CQ"}[*oneCQ], *runs, *dur)
 		report("  engine RDMA Write", eng)
 		report("  TCP copy loop    ", tcp)
 		fmt.Printf("  ratio (median)    %.2fx\n", median(eng)/median(tcp))
@@ -106,32 +112,42 @@ func tcpRun() float64 {
 type side struct {
 	ctx      *verbs.Context
 	pd       *verbs.PD
-	scq, rcq *verbs.CQ
-	qp       *verbs.QP
+	scq, rcq *verbs.CQ // the same CQ with -shared-cq
+	qps      []*verbs.QP
 	ev       chan provider.Event
 }
 
 func newSide() *side {
 	ctx, err := verbs.Open(&verbs.Device{Name: "giw_lo", Ifname: "lo"})
 	must(err)
-	s := &side{ctx: ctx, pd: ctx.AllocPD(), ev: make(chan provider.Event, 8)}
-	s.scq, err = ctx.CreateCQ(1024, nil, 0)
+	s := &side{ctx: ctx, pd: ctx.AllocPD(), ev: make(chan provider.Event, 2**nqps)}
+	s.scq, err = ctx.CreateCQ(1024**nqps, nil, 0)
 	must(err)
-	s.rcq, err = ctx.CreateCQ(64, nil, 0)
-	must(err)
-	s.qp, err = ctx.CreateQP(verbs.QPInit{PD: s.pd, SendCQ: s.scq, RecvCQ: s.rcq,
-		Caps: verbs.QPCaps{MaxSendWR: 256, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	must(err)
-	must(s.qp.Modify(verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite},
-		verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex))
+	s.rcq = s.scq
+	if !*oneCQ {
+		s.rcq, err = ctx.CreateCQ(64, nil, 0)
+		must(err)
+	}
+	for range *nqps {
+		qp, err := ctx.CreateQP(verbs.QPInit{PD: s.pd, SendCQ: s.scq, RecvCQ: s.rcq,
+			Caps: verbs.QPCaps{MaxSendWR: 256, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		must(err)
+		must(qp.Modify(verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite},
+			verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex))
+		s.qps = append(s.qps, qp)
+	}
 	return s
 }
 
 func (s *side) close() {
-	s.qp.Destroy()
-	s.qp.FreeRings()
+	for _, qp := range s.qps {
+		qp.Destroy()
+		qp.FreeRings()
+	}
 	s.scq.Destroy()
-	s.rcq.Destroy()
+	if s.rcq != s.scq {
+		s.rcq.Destroy()
+	}
 	s.ctx.Close()
 }
 
@@ -148,13 +164,13 @@ func entry(b unsafe.Pointer, i uint32) unsafe.Pointer {
 	return unsafe.Add(b, 192+uintptr(i&(size-1))*uintptr(esz))
 }
 
-func (s *side) post(e verbs.SQE) {
-	b := s.qp.SQ.Base()
+func (s *side) post(qp *verbs.QP, e verbs.SQE) {
+	b := qp.SQ.Base()
 	p := atomic.LoadUint32(prodp(b))
 	*(*verbs.SQE)(entry(b, p)) = e
 	atomic.StoreUint32(prodp(b), p+1)
-	if s.qp.TakeTx() {
-		s.qp.Doorbell()
+	if qp.TakeTx() {
+		qp.Doorbell()
 	}
 }
 
@@ -191,19 +207,25 @@ func engineRun() float64 {
 	defer srv.close()
 	tl, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	must(err)
+	accepted := 0
 	ln := provider.Listen(tl, func(r *provider.Request) {
-		_, err := r.Accept(srv.qp, provider.ConnParams{IRD: 4, ORD: 4}, func(ev provider.Event) { srv.ev <- ev })
+		_, err := r.Accept(srv.qps[accepted], provider.ConnParams{IRD: 4, ORD: 4}, func(ev provider.Event) { srv.ev <- ev })
 		must(err)
+		accepted++
 	})
 	defer ln.Close()
-	ep, err := provider.Connect(cli.qp, nil, ln.Addr(), provider.ConnParams{IRD: 4, ORD: 4}, 5*time.Second,
-		func(ev provider.Event) { cli.ev <- ev })
-	must(err)
-	if ev := <-cli.ev; ev.Type != provider.Established {
-		log.Fatalf("connect: %+v", ev)
+	var eps []*provider.Endpoint
+	for _, qp := range cli.qps { // one at a time: the listener hands out srv.qps in order
+		ep, err := provider.Connect(qp, nil, ln.Addr(), provider.ConnParams{IRD: 4, ORD: 4}, 5*time.Second,
+			func(ev provider.Event) { cli.ev <- ev })
+		must(err)
+		if ev := <-cli.ev; ev.Type != provider.Established {
+			log.Fatalf("connect: %+v", ev)
+		}
+		eps = append(eps, ep)
 	}
 	src, smr := cli.mem(*size, 0)
-	dst, dmr := srv.mem(*size**depth, verbs.AccessRemoteWrite)
+	dst, dmr := srv.mem(*size**depth, verbs.AccessRemoteWrite) // shared by every QP's writes
 	defer unix.Munmap(src)
 	defer unix.Munmap(dst)
 	defer smr.Dereg()
@@ -219,8 +241,8 @@ func engineRun() float64 {
 	start := time.Now()
 	i := 0
 	for time.Since(start) < *dur {
-		for inflight < *depth {
-			cli.post(wr(i))
+		for inflight < *depth**nqps {
+			cli.post(cli.qps[i%*nqps], wr(i))
 			i++
 			inflight++
 		}
@@ -251,7 +273,9 @@ func engineRun() float64 {
 	// Completion means "on the socket"; a final Read-free barrier: the
 	// bytes are in the peer's socket buffer at most, a few hundred KiB.
 	el := time.Since(start)
-	ep.Disconnect()
+	for _, ep := range eps {
+		ep.Disconnect()
+	}
 	return float64(bytes) / el.Seconds() / 1e6
 }
 
