@@ -158,9 +158,10 @@ func (e *Endpoint) finishFailed() {
 	}
 }
 
-// mulpduFor derives the largest ULPDU from the connection's MSS as siw does:
-// one FPDU (length field, ULPDU, pad, CRC) per TCP segment.
-func mulpduFor(c *net.TCPConn) int {
+// mulpduFor is the largest ULPDU we send on c: wire.MULPDU of the
+// connection's MSS (one FPDU per TCP segment, as siw), markers included when
+// we insert them, within what the 16-bit length field and a sane minimum allow.
+func mulpduFor(c *net.TCPConn, markers bool) int {
 	mss := 1460
 	if rc, err := c.SyscallConn(); err == nil {
 		_ = rc.Control(func(fd uintptr) {
@@ -169,9 +170,7 @@ func mulpduFor(c *net.TCPConn) int {
 			}
 		})
 	}
-	m := mss - wire.MPALenSize - wire.MPACRCSize
-	m &^= 3
-	return max(min(m, 0xfffc), 128)
+	return max(min(wire.MULPDU(mss, markers), 0xfffc), 128)
 }
 
 // start applies the negotiated parameters and moves the QP to RTS.
@@ -184,12 +183,7 @@ func (e *Endpoint) start(neg negotiated) error {
 		return err
 	}
 	e.rc = rc
-	e.mulpdu = mulpduFor(c)
-	if neg.mkTx {
-		// Leave room for the markers an FPDU of one segment may carry.
-		e.mulpdu -= 4 * (e.mulpdu/512 + 2)
-		e.mulpdu &^= 3
-	}
+	e.mulpdu = mulpduFor(c, neg.mkTx)
 	e.tx.init(e)
 	if !e.awaitRTR.Load() {
 		e.tx.ready = true

@@ -282,7 +282,18 @@ type rxState struct {
 	// goroutine (read deadline) so that it waits for the buffer (and the
 	// timeout) even if nobody polls any more.
 	rnrKick atomic.Bool
+
+	// idlePolls counts pollers' reads in a row that found nothing; from
+	// pollIdleLimit on, pollers stop reading (a syscall per empty poll)
+	// until the RX goroutine, woken by the netpoller, reads something.
+	idlePolls atomic.Uint32
 }
+
+// pollIdleLimit is how many empty reads in a row a QP's pollers make before
+// they leave the socket to the netpoller: a few hundred microseconds of
+// spinning, longer than a round trip on loopback, so a ping-pong keeps
+// reading on the polling thread and a quiet connection costs no syscalls.
+const pollIdleLimit = 256
 
 func (e *Endpoint) startRX() {
 	rx := &rxState{e: e, msn: [5]uint32{1, 1, 1, 1, 1}, atomicMSN: 1, rnrTimeout: DefaultRNRTimeout}
@@ -348,6 +359,9 @@ func (e *Endpoint) Progress(recv bool) bool {
 	if rx == nil || e.dead.Load() {
 		return did
 	}
+	if rx.idlePolls.Load() >= pollIdleLimit {
+		return did
+	}
 	if e.tx.ordOut.Load() == 0 && !(recv && e.qp.RecvPosted()) {
 		// Unless a receive is being filled (token-owned: looked at below).
 		if !recv || !rx.tok.TryLock() {
@@ -368,6 +382,11 @@ func (e *Endpoint) Progress(recv bool) bool {
 	}
 	rx.prog = false
 	_ = e.rc.Control(rx.ctl)
+	if rx.prog {
+		rx.idlePolls.Store(0)
+	} else {
+		rx.idlePolls.Add(1)
+	}
 	did, ended := did || rx.prog, rx.ended
 	rnr := rx.rnrWait && !ended
 	rx.tok.Unlock()
@@ -390,7 +409,9 @@ func (rx *rxState) loop() {
 		var since time.Time
 		err := e.rc.Read(func(fd uintptr) bool {
 			rx.tok.Lock()
-			rx.pump(fd)
+			if rx.pump(fd) {
+				rx.idlePolls.Store(0) // pollers read again
+			}
 			ended = rx.ended
 			rnr, since = rx.rnrWait && !ended, rx.rnrSince
 			rx.tok.Unlock()

@@ -1,0 +1,40 @@
+package provider
+
+import (
+	"testing"
+	"time"
+
+	"github.com/goiwarp/goiwarp/verbs"
+	"github.com/stretchr/testify/require"
+)
+
+// Pollers of a quiet connection stop reading its socket after pollIdleLimit
+// empty reads (each one a syscall); what arrives then is read by the RX
+// goroutine on the netpoller's wake-up, after which pollers read again.
+func TestQuietPollerLeavesSocketToNetpoller(t *testing.T) {
+	p := connectPair(t, pairOpts{})
+	b, mr := p.srv.mem(4096, 0)
+	cb, cmr := p.cli.mem(4096, 0)
+	p.srv.postRecv(rqe(1, sge(mr, b, 0, 64)))
+	rx := p.srv.ep.rx.Load()
+
+	for p.srv.rcq.Progress() { // what the connection's set-up left to read
+	}
+	for range pollIdleLimit + 10 {
+		require.False(t, p.srv.rcq.Progress(), "nothing has arrived")
+	}
+	require.GreaterOrEqual(t, rx.idlePolls.Load(), uint32(pollIdleLimit))
+	nread := func() uint64 { rx.tok.Lock(); defer rx.tok.Unlock(); return rx.rd.nread }
+	before := nread()
+	require.False(t, p.srv.rcq.Progress())
+	require.Equal(t, before, nread(), "a quiet poller reads no more")
+
+	copy(cb, "ping")
+	p.cli.postSend(sqe(2, verbs.WRSend, verbs.SendSignaled, sge(cmr, cb, 0, 64)))
+	c := pollCQ(t, p.srv.rcq, 5*time.Second) // never calls Progress
+	require.EqualValues(t, verbs.WCSuccess, c.Status)
+	require.Equal(t, uint64(1), c.WRID)
+	require.Equal(t, "ping", string(b[:4]))
+	require.Eventually(t, func() bool { return rx.idlePolls.Load() == 0 }, 5*time.Second, time.Millisecond,
+		"the RX goroutine's read lets pollers read again")
+}
