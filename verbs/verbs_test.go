@@ -137,6 +137,92 @@ func TestRegMRFlags(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidSTag, "deregistered")
 }
 
+// guarded maps four pages and unmaps the third: [page 0, page 1] mapped,
+// page 2 a hole, page 3 mapped.
+func guarded(t *testing.T) (base uintptr, pg int) {
+	pg = unix.Getpagesize()
+	b, err := unix.Mmap(-1, 0, 4*pg, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	base = addr(b)
+	_, _, errno := unix.Syscall(unix.SYS_MUNMAP, base+uintptr(2*pg), uintptr(pg), 0)
+	require.Zero(t, errno)
+	t.Cleanup(func() {
+		_, _, _ = unix.Syscall(unix.SYS_MUNMAP, base, uintptr(4*pg), 0)
+	})
+	return base, pg
+}
+
+func TestRegMRUnmapped(t *testing.T) {
+	c := openCtx(t)
+	pd := c.AllocPD()
+	base, pg := guarded(t)
+	none, err := unix.Mmap(-1, 0, pg, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = unix.Munmap(none) })
+	for _, tc := range []struct {
+		name   string
+		addr   uintptr
+		length uint64
+		err    error
+	}{
+		{"mapped pages", base, uint64(2 * pg), nil},
+		{"unaligned inside a page", base + 100, 200, nil},
+		{"up to the hole", base + uintptr(pg) + 1, uint64(pg) - 1, nil},
+		{"one byte into the hole", base + uintptr(pg), uint64(pg) + 1, unix.EFAULT},
+		{"across the hole", base, uint64(4 * pg), unix.EFAULT},
+		{"inside the hole", base + uintptr(2*pg) + 8, 8, unix.EFAULT},
+		{"NULL", 0, 64, unix.EFAULT},
+		{"address wraps", ^uintptr(0) - 8, 64, unix.EINVAL},
+		// Protection is the engine's business (a fault there is a QP error).
+		{"PROT_NONE", addr(none), uint64(pg), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mr, err := pd.RegMR(tc.addr, tc.length, uint64(tc.addr), AccessLocalWrite)
+			if tc.err != nil {
+				assert.ErrorIs(t, err, tc.err)
+				assert.Nil(t, mr)
+				return
+			}
+			require.NoError(t, err)
+			mr.Dereg()
+		})
+	}
+}
+
+func TestReregMRUnmapped(t *testing.T) {
+	c := openCtx(t)
+	pd := c.AllocPD()
+	base, pg := guarded(t)
+	mr, err := pd.RegMR(base, uint64(pg), uint64(base), AccessLocalWrite)
+	require.NoError(t, err)
+	defer mr.Dereg()
+	const reregTrans = 1
+	err = mr.Rereg(nil, base+uintptr(pg), uint64(2*pg), uint64(base), AccessLocalWrite, reregTrans)
+	require.ErrorIs(t, err, unix.EFAULT)
+	assert.Equal(t, base, mr.Addr, "a refused rereg leaves the translation")
+	assert.EqualValues(t, pg, mr.Length)
+	require.NoError(t, mr.Rereg(nil, base+uintptr(pg), uint64(pg), uint64(base), AccessLocalWrite, reregTrans))
+	assert.Equal(t, base+uintptr(pg), mr.Addr)
+}
+
+func BenchmarkRegMR1GiB(b *testing.B) {
+	c, err := Open(&Device{Name: "giw_lo", Ifname: "lo"})
+	require.NoError(b, err)
+	defer c.Close()
+	pd := c.AllocPD()
+	const n = 1 << 30
+	m, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	require.NoError(b, err)
+	defer func() { _ = unix.Munmap(m) }()
+	for b.Loop() {
+		mr, err := pd.RegMR(uintptr(unsafe.Pointer(&m[0])), n, 0, AccessLocalWrite)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mr.Dereg()
+	}
+}
+
 func TestDeregWaitsForPlacement(t *testing.T) {
 	c := openCtx(t)
 	pd := c.AllocPD()
