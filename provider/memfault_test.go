@@ -22,14 +22,29 @@ const (
 
 func (h breakHow) String() string { return [...]string{"munmap", "PROT_NONE"}[h] }
 
+// lowArea is where brokenMem maps: far below where mmap(2) places new
+// mappings (top-down), so a range it unmaps stays a hole for the test
+// instead of being reused by the next mapping of the process (which the
+// engine would then write into).
+const lowArea = 16 << 20
+
 // brokenMem maps n bytes, registers them in s's PD and returns the buffer
 // and a function that breaks it the way h says. The mapping is handled
-// through raw pointers: after munmap nobody may unmap it again.
+// through raw calls: after munmap nobody may unmap it again.
 func brokenMem(t *testing.T, s *side, n int, access int, h breakHow) ([]byte, *verbs.MR, func(off, n int)) {
-	p, err := unix.MmapPtr(-1, 0, nil, uintptr(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	require.NoError(t, err)
+	var a uintptr
+	for try := uintptr(lowArea); a == 0; try += uintptr(n) {
+		r, _, errno := unix.Syscall6(unix.SYS_MMAP, try, uintptr(n), unix.PROT_READ|unix.PROT_WRITE,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE, ^uintptr(0), 0)
+		if errno == 0 {
+			a = r
+		} else {
+			require.ErrorIs(t, errno, unix.EEXIST)
+		}
+	}
+	p := unsafe.Add(unsafe.Pointer(nil), a)
 	b := unsafe.Slice((*byte)(p), n)
-	mr, err := s.pd.RegMR(uintptr(p), uint64(n), uint64(uintptr(p)), access|verbs.AccessLocalWrite)
+	mr, err := s.pd.RegMR(a, uint64(n), uint64(a), access|verbs.AccessLocalWrite)
 	require.NoError(t, err)
 	unmapped := false
 	brk := func(off, k int) {

@@ -217,10 +217,20 @@ static enum ibv_qp_state qp_state(struct ibv_qp *qp)
 	return a.qp_state;
 }
 
-/* A registered region broken while registered: munmap or PROT_NONE. */
+/* A registered region broken while registered: munmap or PROT_NONE. It is
+ * mapped far below where mmap places new mappings (top-down), so that once
+ * unmapped it stays a hole instead of becoming the next mapping of the
+ * process (which goiwarp would then write into, as the application asked). */
 static void break_region(struct side *sd, const char *how, struct ibv_mr **mr, uint8_t **buf)
 {
-	*buf = map_region();
+	void *p = MAP_FAILED;
+
+	for (uintptr_t a = 16 << 20; p == MAP_FAILED; a += REGION) {
+		p = mmap((void *)a, REGION, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+		REQUIRE(p != MAP_FAILED || errno == EEXIST);
+	}
+	*buf = p;
 	REQUIRE((*mr = ibv_reg_mr(sd->pd, *buf, REGION, ALL_ACCESS)));
 	if (strcmp(how, "munmap") == 0)
 		REQUIRE(munmap(*buf, REGION) == 0);
