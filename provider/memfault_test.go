@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"runtime/debug"
 	"sync"
 	"testing"
 	"time"
@@ -246,5 +247,33 @@ func TestPlacementEFAULT(t *testing.T) {
 	require.Equal(t, f[2:hdr], tf.DDPHeader[:wire.DDPTaggedHeaderLen], "the offending header")
 	s.wait(Disconnected, to)
 	require.Equal(t, verbs.QPSErr, s.qp.State())
+	require.Equal(t, verbs.EventQPFatal, asyncEvent(t, s.ctx, to))
+}
+
+// A poller's turn at the socket (Progress, on an application thread in
+// capi) recovers a fault on its own goroutine: SetPanicOnFault is per
+// goroutine and set by the entry point, then put back.
+func TestFaultInCallerGoroutine(t *testing.T) {
+	h := newHostile(t, false, 4)
+	s := h.s
+	dst, mr, brk := brokenMem(t, s, 4096, verbs.AccessRemoteWrite, viaProtNone)
+	brk(0, len(dst))
+	rx := s.ep.rx.Load()
+	// Hold the RX token as Progress does, so that only this goroutine
+	// reads the socket, and pump until the stream ends.
+	rx.tok.Lock()
+	h.send(h.fpdu(&wire.Header{Opcode: wire.OpWrite, Last: true, STag: mr.STag, TO: addr(dst, 0)}, []byte("12345678")))
+	deadline := time.Now().Add(to)
+	for !rx.ended && time.Now().Before(deadline) {
+		require.NoError(t, s.ep.rc.Control(rx.ctl))
+	}
+	ended := rx.ended
+	rx.tok.Unlock()
+	require.True(t, ended, "the receive machine stopped at the fault")
+	require.False(t, debug.SetPanicOnFault(false), "the caller's setting is put back")
+	tf := h.terminate()
+	require.NotNil(t, tf)
+	require.Equal(t, wire.RDMAPErrLocalCatastrophic, tf.Type)
+	s.wait(Disconnected, to)
 	require.Equal(t, verbs.EventQPFatal, asyncEvent(t, s.ctx, to))
 }
