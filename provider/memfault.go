@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"runtime/debug"
 	"unsafe"
 
 	"github.com/goiwarp/goiwarp/provider/wire"
@@ -53,8 +52,10 @@ func isMemFault(r any) bool {
 }
 
 // memSafe runs f and reports false if it faulted on application memory.
+// It runs under an entry point's guard (guardedStep, runOnce), which made
+// faults of the goroutine panics: setting that here again would double
+// the cost of a probe on the post_send path.
 func memSafe(f func()) (ok bool) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			if !isMemFault(r) {

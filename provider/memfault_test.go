@@ -2,6 +2,7 @@ package provider
 
 import (
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -276,4 +277,39 @@ func TestFaultInCallerGoroutine(t *testing.T) {
 	require.Equal(t, wire.RDMAPErrLocalCatastrophic, tf.Type)
 	s.wait(Disconnected, to)
 	require.Equal(t, verbs.EventQPFatal, asyncEvent(t, s.ctx, to))
+}
+
+// The fast-path cost of the fault handling: the guard every entry point
+// (pump, runOnce) pays once per call, and the probe of a post_send SGE.
+func BenchmarkMemGuard(b *testing.B) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true)) // as the entry points do
+	b.Run("call", func(b *testing.B) {                       // the same call without the guard
+		for b.Loop() {
+			plainCall(func() {})
+		}
+	})
+	b.Run("guard", func(b *testing.B) { // an entry point's
+		for b.Loop() {
+			guarded(func() {})
+		}
+	})
+	for _, n := range []int{2, 64 << 10} {
+		buf, err := unix.Mmap(-1, 0, max(n, pageSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		require.NoError(b, err)
+		b.Run("probe-"+strconv.Itoa(n), func(b *testing.B) {
+			for b.Loop() {
+				probe(buf[:n])
+			}
+		})
+		require.NoError(b, unix.Munmap(buf))
+	}
+}
+
+//go:noinline
+func plainCall(f func()) { f() }
+
+//go:noinline
+func guarded(f func()) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	memSafe(f)
 }
