@@ -34,6 +34,14 @@ import (
 // cleanly, before any of its bytes are on the wire. Kernel calls on the
 // memory (readv/writev) return EFAULT instead of faulting; both sides map it
 // to the same outcome.
+//
+// Not covered here: inline data is copied from the application's pointer by
+// ibv_post_send itself (C, in the caller's thread), as rdma-core's providers
+// do; a bad pointer faults in the application's own call. Checking it
+// without a signal handler takes a syscall (process_vm_readv: ~1.8 µs per
+// post, against ~1 ns for the copy). And the fault reaches Go only through
+// the runtime's SIGSEGV/SIGBUS handler: an application that installs its own
+// for those signals after the library loaded takes such faults itself.
 
 // errMemFault: registered memory that the application unmapped or
 // protected. There is no RFC 5040 code for it; like an internal error of
