@@ -32,7 +32,7 @@ import (
 // pages of a local SGE (post_send) and of a Read Request's source, and
 // atomics run under memSafe, so the usual case fails one work request
 // cleanly, before any of its bytes are on the wire. Kernel calls on the
-// memory (readv/writev) return EFAULT instead of faulting; both sides map it
+// memory (readv/sendmsg) return EFAULT instead of faulting; both sides map it
 // to the same outcome.
 //
 // Not covered here: inline data is copied from the application's pointer by

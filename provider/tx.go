@@ -330,7 +330,7 @@ func (t *txState) pump() pumpResult {
 		if t.queued > t.written {
 			wb, err := t.write()
 			if err == unix.EFAULT {
-				// writev met memory unmapped since it was probed.
+				// sendmsg met memory unmapped since it was probed.
 				t.memFault(t.writing())
 			} else if err != nil {
 				// Already dead: this may run inside fail itself (fail wakes
