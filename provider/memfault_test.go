@@ -178,7 +178,7 @@ func TestLocalAccessToBrokenMemory(t *testing.T) {
 
 // Memory unmapped between the probe and the framing (another thread of
 // the application) is the transmitter's backstop: with CRC the CRC loop
-// faults (recovered in runOnce), without it writev returns EFAULT. Either
+// faults (recovered in runOnce), without it sendmsg returns EFAULT. Either
 // way the Write completes LOC_PROT_ERR, the QP goes to ERR with QP_FATAL
 // and the peer sees the stream end.
 func TestTransmitFaultAfterProbe(t *testing.T) {
@@ -197,7 +197,7 @@ func TestTransmitFaultAfterProbe(t *testing.T) {
 				src, smr, brk := brokenMem(t, c, n, 0, how)
 				dst, dmr := s.mem(n, verbs.AccessRemoteWrite)
 				c.postRecv(rqe(50))
-				// After the first writev, the second half goes: it was
+				// After the first sendmsg, the second half goes: it was
 				// probed, and is framed (and written) in later batches.
 				var once sync.Once
 				testAfterWrite = func(e *Endpoint) {
