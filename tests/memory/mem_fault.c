@@ -1,6 +1,8 @@
 /* Memory the application hands over to goiwarp (issue 9 item 4).
  *
- *   mem_fault reg                  ibv_reg_mr & co. on unmapped ranges: EFAULT
+ *   mem_fault reg                    ibv_reg_mr & co. on unmapped ranges: EFAULT
+ *   mem_fault guard_write|guard_read a peer's access across the end of a
+ *                                    region followed by a guard page
  *   mem_fault <case> munmap|protnone
  *
  * A case connects two QP pairs through rdma_cm on 127.0.0.1 in this process,
@@ -400,12 +402,56 @@ static int test_fault(const char *cs, const char *how)
 	return failures;
 }
 
+/* A region whose next page is a guard page (PROT_NONE): a peer's Write and
+ * Read that run past the region's end are refused by the bounds check (base
+ * or bounds Terminate, QP_ACCESS_ERR), not by a fault on the guard page
+ * (which would be a local catastrophic error, QP_FATAL). */
+static int test_guard(const char *cs)
+{
+	static struct pair a, b;
+	long pg = sysconf(_SC_PAGESIZE);
+	uint8_t *p = mmap(NULL, REGION + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *mr;
+	int read = !strcmp(cs, "guard_read");
+
+	REQUIRE(p != MAP_FAILED);
+	REQUIRE(mprotect(p + REGION, pg, PROT_NONE) == 0);
+	memset(p, 0xa5, REGION);
+	connect_pair(&a);
+	connect_pair(&b);
+	REQUIRE((mr = ibv_reg_mr(a.s.pd, p, REGION, ALL_ACCESS)));
+	post_recv(&a.c, 50, a.c.buf, 64, a.c.mr->lkey);
+	post(&a.c, 1, read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, a.c.buf, 16, a.c.mr->lkey,
+	     p + REGION - 8, mr->rkey);
+	if (read)
+		expect_wc(&a.c, 1, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_ACCESS_ERR);
+	else
+		expect_wc(&a.c, 1, IBV_WC_SUCCESS, IBV_WC_WR_FLUSH_ERR);
+	struct ibv_context *ctx = a.c.id->verbs;
+	CHECK(wait_async(ctx, a.s.qp, IBV_EVENT_QP_ACCESS_ERR));
+	CHECK(wait_async(ctx, a.c.qp, IBV_EVENT_QP_ACCESS_ERR));
+	rdma_ack_cm_event(expect_cm(&a.c, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(expect_cm(&a.s, RDMA_CM_EVENT_DISCONNECTED));
+	for (int i = 0; i < REGION; i++)
+		if (p[i] != 0xa5) {
+			CHECK(!"the region was written");
+			break;
+		}
+	still_works(&b);
+	CHECK(ibv_dereg_mr(mr) == 0);
+	munmap(p, REGION + pg);
+	return failures;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "reg"))
 		return test_reg();
+	if (argc == 2 && !strncmp(argv[1], "guard_", 6))
+		return test_guard(argv[1]);
 	if (argc == 3 && (!strcmp(argv[2], "munmap") || !strcmp(argv[2], "protnone")))
 		return test_fault(argv[1], argv[2]);
-	fprintf(stderr, "usage: %s reg | <case> munmap|protnone\n", argv[0]);
+	fprintf(stderr, "usage: %s reg | guard_write | guard_read | <case> munmap|protnone\n",
+		argv[0]);
 	return 2;
 }
