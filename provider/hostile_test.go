@@ -32,7 +32,8 @@ func newHostile(t *testing.T, crc bool, ird uint8) *hostile {
 	pol := DefaultPolicy()
 	acc := make(chan error, 1)
 	ln := listenPolicy(tl, func(r *Request) {
-		_, err := r.Accept(s.qp, ConnParams{IRD: ird, ORD: ird}, s.cb)
+		ep, err := r.Accept(s.qp, ConnParams{IRD: ird, ORD: ird}, s.cb)
+		s.ep = ep
 		acc <- err
 	}, pol)
 	t.Cleanup(ln.Close)

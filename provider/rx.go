@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -315,7 +316,7 @@ func (rx *rxState) pump(fd uintptr) bool {
 	}
 	rx.rd.fd = int(fd)
 	pos, nread := rx.rd.pos, rx.rd.nread
-	ti, err := rx.step()
+	ti, err := rx.guardedStep()
 	rx.rd.fd = -1
 	rx.rnrWait = err == errRNRWait
 	if err == errAgain || err == errRNRWait {
@@ -512,12 +513,56 @@ func (rx *rxState) termFor(err *wire.Error, hdrLen int) (*termInfo, error) {
 		hdr: append([]byte(nil), rx.hdr[2:2+hl]...)}, err
 }
 
-// ioErr maps an error of the reader: a bad marker is a protocol error.
+// ioErr maps an error of the reader: a bad marker is a protocol error;
+// EFAULT (readv into a registered buffer the application unmapped) is a
+// fault on application memory.
 func (rx *rxState) ioErr(err error, hl int) (*termInfo, error) {
-	if err == wire.ErrMPAMarker {
+	switch err {
+	case wire.ErrMPAMarker:
 		return rx.termFor(wire.ErrMPAMarker, hl)
+	case unix.EFAULT:
+		return rx.memFault()
 	}
 	return nil, err
+}
+
+// guardedStep is step with a fault on application memory made an error of
+// this QP (see memfault.go): the receive machine stops where it was, which
+// is safe because pump then ends the stream for good.
+func (rx *rxState) guardedStep() (ti *termInfo, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if !isMemFault(r) {
+				panic(r)
+			}
+			ti, err = rx.memFault()
+		}
+	}()
+	return rx.step()
+}
+
+// memFault completes the work request whose memory faulted in the current
+// FPDU (the receive of a Send, the Read or Atomic of a response) with a
+// local protection error and returns the Terminate for the peer.
+func (rx *rxState) memFault() (*termInfo, error) {
+	e := rx.e
+	switch rx.h.Opcode {
+	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
+		if rx.cur.active {
+			rqe := rx.cur.rqe
+			rx.cur.release()
+			e.completeRecv(&rqe, verbs.CQE{Status: verbs.WCLocProtErr, Opcode: verbs.WCOpRecv}, false)
+		}
+	case wire.OpReadResponse, wire.OpAtomicResponse:
+		if o := e.tx.popORD(); o != nil {
+			o.span.Release()
+			if !o.rtr {
+				e.completeSend(o.idx, verbs.WCLocProtErr, 0)
+			}
+		}
+	}
+	return rx.termFor(errMemFault, rx.hl)
 }
 
 // step runs the receive machine until the socket is empty (errAgain), the
@@ -802,6 +847,11 @@ func (rx *rxState) begin(n int) *wire.Error {
 				t.putIRD()
 				return rdmapProt(err)
 			}
+			if !probe(sp.Buf) {
+				sp.Release()
+				t.putIRD()
+				return errMemFault
+			}
 			m.spans = []verbs.Span{sp}
 			m.data = [][]byte{sp.Buf}
 		}
@@ -828,8 +878,13 @@ func (rx *rxState) begin(n int) *wire.Error {
 			t.putIRD()
 			return errMisalign
 		}
-		orig := doAtomic((*uint64)(p), h)
+		var orig uint64
+		ok := memSafe(func() { orig = doAtomic((*uint64)(p), h) })
 		sp.Release()
+		if !ok {
+			t.putIRD()
+			return errMemFault
+		}
 		m := &txMsg{kind: kindAtomicResp, h: wire.Header{Opcode: wire.OpAtomicResponse, Last: true,
 			MSN: rx.atomicMSN, AtomicReqID: h.AtomicReqID, OrigValue: orig}}
 		rx.atomicMSN++

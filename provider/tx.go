@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -289,8 +290,20 @@ func (t *txState) run() {
 }
 
 // runOnce is run up to a full socket, which it reports; the caller still
-// holds the token then.
-func (t *txState) runOnce() bool {
+// holds the token then. Every transmitter goes through it, so it is where a
+// fault on application memory is recovered (see memfault.go).
+func (t *txState) runOnce() (full bool) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if !isMemFault(r) {
+				panic(r)
+			}
+			// Framing stopped in the middle of t.cur.
+			t.memFault(t.cur)
+			full = t.runOnce()
+		}
+	}()
 	for {
 		if t.pump() == pumpWouldBlock {
 			return true
@@ -316,7 +329,10 @@ func (t *txState) pump() pumpResult {
 	for {
 		if t.queued > t.written {
 			wb, err := t.write()
-			if err != nil {
+			if err == unix.EFAULT {
+				// sendmsg met memory unmapped since it was probed.
+				t.memFault(t.writing())
+			} else if err != nil {
 				// Already dead: this may run inside fail itself (fail wakes
 				// the transmitter to send the Terminate), whose Once must not
 				// be re-entered.
@@ -340,6 +356,30 @@ func (t *txState) pump() pumpResult {
 			return pumpIdle
 		}
 	}
+}
+
+// writing returns the message whose bytes are at the write cursor.
+func (t *txState) writing() *txMsg {
+	for _, a := range t.acts {
+		if a.end > t.written {
+			return a.m
+		}
+	}
+	return t.cur
+}
+
+// memFault takes the QP down after a fault on application memory while m
+// was framed or written: m's work request completes with a local
+// protection error (a response has none), the batch is dropped and the
+// stream ends with FIN, since part of an FPDU may be framed or sent.
+func (t *txState) memFault(m *txMsg) {
+	if m != nil && m.kind == kindSQ {
+		t.e.completeSend(m.idx, verbs.WCLocProtErr, 0)
+	}
+	if !t.e.dead.Load() {
+		t.e.failTx(nil, errMemFault, verbs.EventQPFatal)
+	}
+	t.dropBatch()
 }
 
 // idle decides what a transmitter does when pump found nothing to send: park
@@ -605,30 +645,34 @@ func (t *txState) nextMsg() *txMsg {
 
 var errLocalProt = errors.New("goiwarp: local protection error (bad lkey)")
 
-// gather pins the local SGEs of a work request.
-func (t *txState) gather(m *txMsg, sges []verbs.SGE, write bool) bool {
+// gather pins the local SGEs of a work request and probes their pages.
+func (t *txState) gather(m *txMsg, sges []verbs.SGE, write bool) error {
 	for _, s := range sges {
 		sp, err := verbs.LocalAccess(t.e.pd, s, write)
 		if err != nil {
 			m.release()
-			return false
+			return errLocalProt
 		}
 		m.spans = append(m.spans, sp)
+		if !probe(sp.Buf) {
+			m.release()
+			return errMemFault
+		}
 		if len(sp.Buf) > 0 {
 			m.data = append(m.data, sp.Buf)
 		}
 		m.total += len(sp.Buf)
 	}
-	return true
+	return nil
 }
 
 // payload sets the data of a Send or Write: its inline data or its SGEs.
-func (t *txState) payload(m *txMsg, sqe *verbs.SQE) bool {
+func (t *txState) payload(m *txMsg, sqe *verbs.SQE) error {
 	if sqe.Flags&verbs.SendInline != 0 {
 		d := sqe.InlineData()
 		m.data = [][]byte{d}
 		m.total = len(d)
-		return true
+		return nil
 	}
 	return t.gather(m, sqe.SGEs(), false)
 }
@@ -659,8 +703,8 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 		if sqe.Flags&verbs.SendSolicited != 0 {
 			m.h.Opcode += wire.OpSendSE - wire.OpSend
 		}
-		if !t.payload(m, sqe) {
-			t.localError(idx, verbs.WCLocProtErr, errLocalProt)
+		if err := t.payload(m, sqe); err != nil {
+			t.localError(idx, verbs.WCLocProtErr, err)
 			return nil, stallNone
 		}
 		m.h.MSN = t.msn[wire.QNSend]
@@ -669,8 +713,8 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 		m.h.Opcode = wire.OpWrite
 		m.h.STag = sqe.RKey
 		m.baseTO = sqe.RemoteAddr
-		if !t.payload(m, sqe) {
-			t.localError(idx, verbs.WCLocProtErr, errLocalProt)
+		if err := t.payload(m, sqe); err != nil {
+			t.localError(idx, verbs.WCLocProtErr, err)
 			return nil, stallNone
 		}
 		if op == verbs.WRRDMAWriteWithImm {

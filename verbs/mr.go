@@ -51,10 +51,40 @@ var (
 	ErrBounds      = errors.New("base or bounds violation")
 )
 
-// RegMR registers [addr, addr+length) to be addressed as iova.
+// checkMapped fails with EFAULT unless every page of [addr, addr+length) is
+// mapped, as the kernel's pinning of a user MR does (ibv_reg_mr(3)).
+// msync(MS_ASYNC) starts no I/O (Linux >= 2.6.19) and walks the mappings
+// that cover the range, failing with ENOMEM at a hole: its cost grows with
+// the number of mappings, not pages (~0.3 µs for 4 KiB and for 1 GiB, where
+// mincore(2) takes ~300 µs). Protection is not checked (a PROT_NONE range
+// passes): the engine turns a fault on such memory into a QP error.
+func checkMapped(addr uintptr, length uint64) error {
+	if length == 0 {
+		return nil
+	}
+	if uint64(addr)+length < uint64(addr) {
+		return unix.EINVAL
+	}
+	pg := uintptr(unix.Getpagesize())
+	start := addr &^ (pg - 1)
+	_, _, errno := unix.Syscall(unix.SYS_MSYNC, start, uintptr(length)+addr-start, unix.MS_ASYNC)
+	switch errno {
+	case 0:
+		return nil
+	case unix.ENOMEM:
+		return unix.EFAULT
+	}
+	return errno
+}
+
+// RegMR registers [addr, addr+length) to be addressed as iova. The range
+// must be mapped (EFAULT otherwise).
 func (pd *PD) RegMR(addr uintptr, length, iova uint64, access int) (*MR, error) {
 	if length > MaxMRSize || iova+length < iova {
 		return nil, unix.EINVAL
+	}
+	if err := checkMapped(addr, length); err != nil {
+		return nil, err
 	}
 	// Remote write or atomic access requires local write (ibv_reg_mr(3)).
 	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
@@ -89,6 +119,14 @@ func (mr *MR) Rereg(pd *PD, addr uintptr, length, iova uint64, access int, flags
 	)
 	if flags&reregAccess != 0 && access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
 		return unix.EINVAL
+	}
+	if flags&reregTrans != 0 {
+		if length > MaxMRSize || iova+length < iova {
+			return unix.EINVAL
+		}
+		if err := checkMapped(addr, length); err != nil {
+			return err
+		}
 	}
 	mr.quiesce()
 	defer mr.resume()

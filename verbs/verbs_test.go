@@ -3,6 +3,9 @@ package verbs
 import (
 	"encoding/binary"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -135,6 +138,94 @@ func TestRegMRFlags(t *testing.T) {
 	mr.Dereg()
 	_, err = Access(pd, mr.STag, uint64(addr(buf)), 1, AccessRemoteRead)
 	assert.ErrorIs(t, err, ErrInvalidSTag, "deregistered")
+}
+
+// lowMapped maps two pages at the lowest address a process may map
+// (vm.mmap_min_addr): the page below can never be mapped, so it is a hole
+// no other thread can fill between the test's steps.
+func lowMapped(t *testing.T) (base uintptr, pg int) {
+	pg = unix.Getpagesize()
+	base = uintptr(pg)
+	if b, err := os.ReadFile("/proc/sys/vm/mmap_min_addr"); err == nil {
+		if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && uintptr(v) > base {
+			base = (uintptr(v) + uintptr(pg) - 1) &^ uintptr(pg-1)
+		}
+	}
+	p, _, errno := unix.Syscall6(unix.SYS_MMAP, base, uintptr(2*pg), unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE, ^uintptr(0), 0)
+	require.Zero(t, errno)
+	require.Equal(t, base, p)
+	t.Cleanup(func() { _, _, _ = unix.Syscall(unix.SYS_MUNMAP, p, uintptr(2*pg), 0) })
+	return base, pg
+}
+
+func TestRegMRUnmapped(t *testing.T) {
+	c := openCtx(t)
+	pd := c.AllocPD()
+	base, pg := lowMapped(t)
+	none, err := unix.Mmap(-1, 0, pg, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = unix.Munmap(none) })
+	for _, tc := range []struct {
+		name   string
+		addr   uintptr
+		length uint64
+		err    error
+	}{
+		{"mapped pages", base, uint64(2 * pg), nil},
+		{"unaligned inside a page", base + 100, 200, nil},
+		{"one byte below", base - 1, 2, unix.EFAULT},
+		{"the page below and the mapping", base - uintptr(pg), uint64(3 * pg), unix.EFAULT},
+		{"NULL", 0, 64, unix.EFAULT},
+		{"address wraps", ^uintptr(0) - 8, 64, unix.EINVAL},
+		// Protection is the engine's business (a fault there is a QP error).
+		{"PROT_NONE", addr(none), uint64(pg), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mr, err := pd.RegMR(tc.addr, tc.length, uint64(tc.addr), AccessLocalWrite)
+			if tc.err != nil {
+				assert.ErrorIs(t, err, tc.err)
+				assert.Nil(t, mr)
+				return
+			}
+			require.NoError(t, err)
+			mr.Dereg()
+		})
+	}
+}
+
+func TestReregMRUnmapped(t *testing.T) {
+	c := openCtx(t)
+	pd := c.AllocPD()
+	base, pg := lowMapped(t)
+	mr, err := pd.RegMR(base, uint64(pg), uint64(base), AccessLocalWrite)
+	require.NoError(t, err)
+	defer mr.Dereg()
+	const reregTrans = 1
+	err = mr.Rereg(nil, base-uintptr(pg), uint64(2*pg), uint64(base), AccessLocalWrite, reregTrans)
+	require.ErrorIs(t, err, unix.EFAULT)
+	assert.Equal(t, base, mr.Addr, "a refused rereg leaves the translation")
+	assert.EqualValues(t, pg, mr.Length)
+	require.NoError(t, mr.Rereg(nil, base+uintptr(pg), uint64(pg), uint64(base), AccessLocalWrite, reregTrans))
+	assert.Equal(t, base+uintptr(pg), mr.Addr)
+}
+
+func BenchmarkRegMR1GiB(b *testing.B) {
+	c, err := Open(&Device{Name: "giw_lo", Ifname: "lo"})
+	require.NoError(b, err)
+	defer c.Close()
+	pd := c.AllocPD()
+	const n = 1 << 30
+	m, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	require.NoError(b, err)
+	defer func() { _ = unix.Munmap(m) }()
+	for b.Loop() {
+		mr, err := pd.RegMR(uintptr(unsafe.Pointer(&m[0])), n, 0, AccessLocalWrite)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mr.Dereg()
+	}
 }
 
 func TestDeregWaitsForPlacement(t *testing.T) {
