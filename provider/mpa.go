@@ -369,22 +369,25 @@ func (e *Endpoint) acceptInto(r *Request, p ConnParams) error {
 		r.c.Close()
 		return err
 	}
-	// The receive path is armed before the reply goes out: the initiator's
-	// first FPDU may follow the reply at once.
-	e.startRX()
 	_ = r.c.SetWriteDeadline(time.Now().Add(r.pol.Timeout))
 	_, err = r.c.Write(wire.AppendMPAFrame(nil, &f, pd))
 	_ = r.c.SetWriteDeadline(time.Time{})
-	if err != nil {
-		e.fail(nil, fmt.Errorf("MPA reply: %w", err))
-		return err
-	}
-	if neg.rtr == 0 {
+	if err == nil && neg.rtr == 0 {
 		// Without peer-to-peer RTR the responder may transmit as soon as its
 		// reply is out, and is established then: siw does the same, and
 		// applications whose server speaks first (ib_write_lat, ucmatose)
 		// depend on it.
 		e.established()
+	}
+	// The receive path starts after Established, as on the initiator: a
+	// broken first FPDU (it may follow the reply at once, or come with the
+	// request) then ends an established connection (DISCONNECTED) instead
+	// of racing Established and reporting a failed accept (CONNECT_ERROR,
+	// which rping -P answers by exiting). Until now it waits in the socket.
+	e.startRX()
+	if err != nil {
+		e.fail(nil, fmt.Errorf("MPA reply: %w", err))
+		return err
 	}
 	return nil
 }
