@@ -169,6 +169,11 @@ func connectPolicy(qp *verbs.QP, laddr, raddr *net.TCPAddr, p ConnParams, timeou
 		if laddr != nil {
 			d.LocalAddr = laddr
 		}
+		if laddr != nil && laddr.Port != 0 {
+			// The caller (rdmacm) holds this port with SO_REUSEADDR until
+			// the dial is over; the dial's bind must share it.
+			d.Control = reuseAddr
+		}
 		c, err := d.Dial("tcp", raddr.String())
 		if err != nil {
 			if errors.Is(err, syscall.ECONNREFUSED) {
@@ -473,4 +478,15 @@ func attachSocketPolicy(qp *verbs.QP, c *net.TCPConn, initiator bool, p ConnPara
 		}
 	}()
 	return e, nil
+}
+
+// reuseAddr sets SO_REUSEADDR on a socket before it binds.
+func reuseAddr(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
 }
