@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // env is the environment of every program run over libgoiwarp: preloaded,
@@ -100,7 +102,7 @@ func (s *server) status() string {
 	}
 	ws := s.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
-		return "killed by " + ws.Signal().String()
+		return "killed by " + unix.SignalName(ws.Signal())
 	}
 	return "exit " + strconv.Itoa(ws.ExitStatus())
 }
