@@ -35,7 +35,7 @@ type runner struct {
 	rows       []string
 	failed     bool
 	// teardownRaces counts legitimate rping runs that verified every ping
-	// and then lost rping's exit race (see rpingTeardownRace).
+	// and then exited 255 on EBADF in teardown (see rpingTeardownRace).
 	teardownRaces int
 }
 
