@@ -76,9 +76,9 @@ func (a *attack) expected() string {
 
 const answerWait = 10 * time.Second
 
-// preMPA sends frame instead of a correct MPA request (then, with stall,
-// keeps the connection open without sending more) and expects the server
-// to close without accepting: no bytes, or an MPA reply with R set.
+// preMPA sends frame instead of a correct MPA request, keeps the
+// connection open without sending more, and expects the server to close
+// it without accepting: no bytes, or an MPA reply with R set.
 func preMPA(frame []byte) func(t *target) (outcome, error) {
 	return func(t *target) (outcome, error) {
 		c, err := dial(t.addr, 0)
