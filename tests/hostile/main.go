@@ -176,6 +176,9 @@ func (r *runner) rpingSuite(port int) {
 	r.attackAll(srv, t, preMPAAttacks, true)
 	r.attackAll(srv, t, protocolAttacks, true)
 	r.attackAll(srv, t, rpingAttacks, true)
+	st, err := drained(port, 10*time.Second)
+	r.row(srv.name, "(connections at the end)", "every attacked connection torn down, none stuck",
+		"only LISTEN and TIME_WAIT on the port", st, err)
 	err = srv.stop()
 	if err == nil {
 		if l := srv.crashLog(); l != "" {

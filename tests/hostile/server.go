@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,25 +57,56 @@ func (r *runner) startServer(name string, port int, args ...string) (*server, er
 	return s, nil
 }
 
-// waitListen polls the kernel's socket table until port is in LISTEN
-// state: connecting to find out would itself be a connection the server
-// has to handle.
-func (s *server) waitListen(port int, d time.Duration) error {
+// tcpStates returns the states (hex, as /proc/net/tcp has them: 01
+// ESTABLISHED, 06 TIME_WAIT, 08 CLOSE_WAIT, 0A LISTEN ...) of the sockets
+// whose local port is port.
+func tcpStates(port int) []string {
 	want := fmt.Sprintf(":%04X ", port)
+	var st []string
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, _ := os.ReadFile(f)
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			// local_address is field 1, st is field 3.
+			if fs := strings.Fields(sc.Text()); len(fs) > 3 && strings.HasSuffix(fs[1]+" ", want) {
+				st = append(st, fs[3])
+			}
+		}
+	}
+	return st
+}
+
+// drained waits until the server's port has no socket left but its
+// listener and TIME_WAITs: the server closed every connection we opened,
+// including the ones it had to give up on. It returns the states seen last.
+func drained(port int, d time.Duration) (string, error) {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	limit := time.After(d)
 	for {
-		for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-			b, _ := os.ReadFile(f)
-			sc := bufio.NewScanner(bytes.NewReader(b))
-			for sc.Scan() {
-				fs := strings.Fields(sc.Text())
-				// local_address is field 1, st is field 3 (0A = LISTEN).
-				if len(fs) > 3 && strings.HasSuffix(fs[1]+" ", want) && fs[3] == "0A" {
-					return nil
-				}
-			}
+		st := tcpStates(port)
+		left := slices.DeleteFunc(slices.Clone(st), func(s string) bool { return s == "0A" || s == "06" })
+		if len(left) == 0 {
+			return fmt.Sprintf("%d sockets: LISTEN and TIME_WAIT", len(st)), nil
+		}
+		select {
+		case <-limit:
+			return fmt.Sprintf("states %v", st), fmt.Errorf("connections left open after %v (states %v)", d, left)
+		case <-tick.C:
+		}
+	}
+}
+
+// waitListen polls the kernel's socket table until port is in LISTEN
+// state: connecting to find out would itself be a connection the server
+// has to handle.
+func (s *server) waitListen(port int, d time.Duration) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	limit := time.After(d)
+	for {
+		if slices.Contains(tcpStates(port), "0A") {
+			return nil
 		}
 		select {
 		case <-s.done:
