@@ -327,3 +327,37 @@ func TestMPAFramesMatchSiw(t *testing.T) {
 		})
 	}
 }
+
+// rdmacm keeps its port reservation (a socket bound with SO_REUSEADDR)
+// until the dial from that port is over, so that no other socket takes the
+// port in between; the dial must bind next to it.
+func TestConnectFromReservedPort(t *testing.T) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer syscall.Close(fd)
+	require.NoError(t, syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1))
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*syscall.SockaddrInet4).Port}
+
+	tl, err := netListen()
+	require.NoError(t, err)
+	reqs := make(chan *Request, 1)
+	ln := listenPolicy(tl, func(r *Request) { reqs <- r }, DefaultPolicy())
+	t.Cleanup(ln.Close)
+	c := newSide(t)
+	pol := DefaultPolicy()
+	_, err = connectPolicy(c.qp, local, ln.Addr(), ConnParams{}, to, c.cb, &pol)
+	require.NoError(t, err)
+	select {
+	case r := <-reqs:
+		require.Equal(t, local.Port, r.Remote.Port)
+		require.NoError(t, r.Reject(nil))
+	case ev := <-c.events:
+		t.Fatalf("dial from the reserved port: %+v", ev)
+	case <-time.After(to):
+		t.Fatal("no request")
+	}
+	c.wait(Rejected, to)
+}

@@ -379,3 +379,61 @@ func TestHostileValidCRC(t *testing.T) {
 	require.EqualValues(t, verbs.WCSuccess, c.Status)
 	require.EqualValues(t, 5, c.ByteLen)
 }
+
+// A broken first FPDU from the initiator — sent with the MPA request, so it
+// is in the socket before the accept — ends an established connection:
+// Established, then Disconnected, then the Terminate. Before, the receive
+// path could fail it before the accept reported Established, and rdmacm
+// turned that into CONNECT_ERROR on an accepted id (rping -P exits on it).
+func TestHostileBrokenFirstFPDU(t *testing.T) {
+	payload := bytes.Repeat([]byte{0x22}, 16)
+	cases := []struct {
+		name  string
+		crc   bool
+		frame func(h *hostile) []byte
+		term  wire.TermControl
+	}{
+		{name: "bad-crc", crc: true, frame: func(h *hostile) []byte {
+			// A zero-length Write: nothing to check before the CRC.
+			b := h.fpdu(&wire.Header{Opcode: wire.OpWrite, Last: true, STag: 1}, nil)
+			b[len(b)-1] ^= 0xff
+			return b
+		}, term: wire.TermControl{Layer: wire.LayerLLP, Type: wire.LLPErrMPA, Code: wire.MPACodeCRC}},
+		{name: "invalid-stag", frame: func(h *hostile) []byte {
+			return h.fpdu(&wire.Header{Opcode: wire.OpWrite, Last: true, STag: 0x5a5a5a00}, payload)
+		}, term: wire.TermControl{Layer: wire.LayerDDP, Type: wire.DDPErrTaggedBuffer, Code: wire.DDPCodeTaggedInvalidSTag}},
+		{name: "msn-gap", frame: func(h *hostile) []byte {
+			return h.fpdu(&wire.Header{Opcode: wire.OpSend, Last: true, MSN: 9}, payload)
+		}, term: wire.TermControl{Layer: wire.LayerDDP, Type: wire.DDPErrUntaggedBuffer, Code: wire.DDPCodeUntaggedMSNRange}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSide(t)
+			tl, err := netListen()
+			require.NoError(t, err)
+			acc := make(chan error, 1)
+			ln := listenPolicy(tl, func(r *Request) {
+				_, err := r.Accept(s.qp, ConnParams{IRD: 4, ORD: 4}, s.cb)
+				acc <- err
+			}, DefaultPolicy())
+			t.Cleanup(ln.Close)
+			c, err := net.DialTCP("tcp", nil, ln.Addr())
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			h := &hostile{t: t, s: s, conn: c, crc: tc.crc}
+			req := wire.MPAFields{Kind: wire.MPARequest, CRC: tc.crc, Enhanced: true, Revision: 2}
+			pd := wire.AppendMPAV2PrivateData(nil, wire.MPAV2Params{IRD: 4, ORD: 4}, nil)
+			h.send(append(wire.AppendMPAFrame(nil, &req, pd), tc.frame(h)...))
+			require.NoError(t, <-acc)
+			f, _, err := readMPAFrame(c, wire.MPAReply)
+			require.NoError(t, err)
+			require.False(t, f.Reject)
+			tf := h.terminate()
+			require.NotNil(t, tf, "no Terminate")
+			require.Equal(t, tc.term, wire.TermControl{Layer: tf.Layer, Type: tf.Type, Code: tf.Code})
+			s.wait(Established, to)
+			s.wait(Disconnected, to)
+		})
+	}
+}

@@ -202,6 +202,11 @@ func connectPolicy(qp *verbs.QP, laddr, raddr *net.TCPAddr, p ConnParams, timeou
 		if laddr != nil {
 			d.LocalAddr = laddr
 		}
+		if laddr != nil && laddr.Port != 0 {
+			// The caller (rdmacm) holds this port with SO_REUSEADDR until
+			// the dial is over; the dial's bind must share it.
+			d.Control = reuseAddr
+		}
 		c, err := d.Dial("tcp", raddr.String())
 		if err != nil {
 			if errors.Is(err, syscall.ECONNREFUSED) {
@@ -402,22 +407,25 @@ func (e *Endpoint) acceptInto(r *Request, p ConnParams) error {
 		r.c.Close()
 		return err
 	}
-	// The receive path is armed before the reply goes out: the initiator's
-	// first FPDU may follow the reply at once.
-	e.startRX()
 	_ = r.c.SetWriteDeadline(time.Now().Add(r.pol.Timeout))
 	err = writeFrame(r.c, wire.AppendMPAFrame(nil, &f, pd))
 	_ = r.c.SetWriteDeadline(time.Time{})
-	if err != nil {
-		e.fail(nil, fmt.Errorf("MPA reply: %w", err))
-		return err
-	}
-	if neg.rtr == 0 {
+	if err == nil && neg.rtr == 0 {
 		// Without peer-to-peer RTR the responder may transmit as soon as its
 		// reply is out, and is established then: siw does the same, and
 		// applications whose server speaks first (ib_write_lat, ucmatose)
 		// depend on it.
 		e.established()
+	}
+	// The receive path starts after Established, as on the initiator: a
+	// broken first FPDU (it may follow the reply at once, or come with the
+	// request) then ends an established connection (DISCONNECTED) instead
+	// of racing Established and reporting a failed accept (CONNECT_ERROR,
+	// which rping -P answers by exiting). Until now it waits in the socket.
+	e.startRX()
+	if err != nil {
+		e.fail(nil, fmt.Errorf("MPA reply: %w", err))
+		return err
 	}
 	return nil
 }
@@ -503,4 +511,15 @@ func attachSocketPolicy(qp *verbs.QP, c *net.TCPConn, initiator bool, p ConnPara
 		}
 	}()
 	return e, nil
+}
+
+// reuseAddr sets SO_REUSEADDR on a socket before it binds.
+func reuseAddr(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
 }

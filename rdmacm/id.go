@@ -413,11 +413,10 @@ func (id *ID) Connect(qp *verbs.QP, p provider.ConnParams) error {
 		return unix.EINVAL
 	}
 	laddr, raddr := *id.src, *id.dst
-	if id.sock >= 0 {
-		// The engine dials from the reserved port itself.
-		unix.Close(id.sock)
-		id.sock = -1
-	}
+	// The engine dials from the reserved port (binding it with
+	// SO_REUSEADDR too); the reservation stays until the engine's first
+	// event, when the dial is over: closed earlier, another socket could
+	// take the port in between and the dial would fail with EADDRINUSE.
 	id.state = StateConnect
 	eng := id.eng
 	id.mu.Unlock()
@@ -539,6 +538,11 @@ func (id *ID) onConnEvent(ev provider.Event) {
 	defer id.mu.Unlock()
 	st := id.state
 	tracef("id %p state %v: engine event %d err %v", id, st, ev.Type, ev.Err)
+	if id.sock >= 0 {
+		// The dial is over: the port reservation of Connect goes.
+		unix.Close(id.sock)
+		id.sock = -1
+	}
 	active := id.listen == nil
 	var e *Event
 	switch ev.Type {
