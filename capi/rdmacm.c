@@ -114,17 +114,46 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 		return gcapi_errp(e);
 	}
 	ch->ch.fd = fd;
+	pthread_mutex_init(&ch->mu, NULL);
 	return &ch->ch;
 }
 
+static void gcm_channel_free(struct gcm_channel *ch)
+{
+	goCMDestroyChannel(ch->h);
+	pthread_mutex_destroy(&ch->mu);
+	free(ch);
+}
+
+/* A thread may still wait in rdma_get_cm_event (rping's CM thread does when
+ * its main thread tears down): as with the kernel's channel, whose blocked
+ * read holds the file, that thread keeps waiting on a live fd -- it is not
+ * woken with EBADF, nor does it read a reused fd number -- and the channel is
+ * released when the last reader leaves. */
 void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
 	struct gcm_channel *ch = (struct gcm_channel *)channel;
+	int last;
 
 	if (!ch)
 		return;
-	goCMDestroyChannel(ch->h);
-	free(ch);
+	pthread_mutex_lock(&ch->mu);
+	ch->destroyed = 1;
+	last = ch->readers == 0;
+	pthread_mutex_unlock(&ch->mu);
+	if (last)
+		gcm_channel_free(ch);
+}
+
+static void gcm_channel_leave(struct gcm_channel *ch)
+{
+	int last;
+
+	pthread_mutex_lock(&ch->mu);
+	last = --ch->readers == 0 && ch->destroyed;
+	pthread_mutex_unlock(&ch->mu);
+	if (last)
+		gcm_channel_free(ch);
 }
 
 struct rdma_cm_id *gcm_new_child(struct rdma_cm_id *listen, uintptr_t h)
@@ -162,15 +191,23 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 
 	if (!ch || !event)
 		return gcm_err(EINVAL);
+	pthread_mutex_lock(&ch->mu);
+	ch->readers++;
+	pthread_mutex_unlock(&ch->mu);
 	for (;;) {
 		ssize_t n = read(ch->ch.fd, &v, sizeof(v));
 
-		if (n < 0)
-			return -1; /* EAGAIN with O_NONBLOCK; EINTR reaches the caller */
+		if (n < 0) {
+			int e = errno; /* EAGAIN with O_NONBLOCK; EINTR reaches the caller */
+
+			gcm_channel_leave(ch);
+			return gcm_err(e);
+		}
 		memset(&info, 0, sizeof(info));
 		if (goCMPop(ch->h, &info))
 			break;
 	}
+	gcm_channel_leave(ch);
 	evt = calloc(1, sizeof(*evt));
 	if (!evt) {
 		goCMAck(info.owner);

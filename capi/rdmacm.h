@@ -21,6 +21,10 @@
 struct gcm_channel {
 	struct rdma_event_channel ch; /* { int fd; } : an eventfd */
 	uintptr_t h;
+	/* Threads inside rdma_get_cm_event, and whether the application
+	 * destroyed the channel meanwhile: the last one out releases it. */
+	pthread_mutex_t mu;
+	int readers, destroyed;
 };
 
 struct gcm_id {

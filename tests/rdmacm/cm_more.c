@@ -2,6 +2,9 @@
  *   mpa_timeout  a peer that accepts TCP but never answers MPA: UNREACHABLE, bounded
  *   many         100 concurrent connects on one channel, O_NONBLOCK + poll()
  *   disc_both    rdma_disconnect from both sides at once: both DISCONNECTED, no error
+ *   reader_teardown  a thread waits in rdma_get_cm_event while another disconnects and
+ *                destroys the id and the channel without reading the events (rping's
+ *                client does): the waiting thread keeps waiting, never fails (EBADF)
  * Listeners use ports in 24100-24199. */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +19,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
@@ -305,6 +309,91 @@ static int t_disc_both(void)
 	return 0;
 }
 
+static int reader_failures;
+
+struct reader {
+	struct rdma_event_channel *ch;
+	pid_t tid;
+};
+
+static void *cm_reader(void *p)
+{
+	struct reader *r = p;
+	struct rdma_cm_event *e;
+
+	__atomic_store_n(&r->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	for (;;) {
+		if (rdma_get_cm_event(r->ch, &e)) {
+			fprintf(stderr, "rdma_get_cm_event after teardown: %s\n", strerror(errno));
+			__atomic_add_fetch(&reader_failures, 1, __ATOMIC_SEQ_CST);
+			return NULL;
+		}
+		rdma_ack_cm_event(e);
+	}
+}
+
+/* Whether thread tid is blocked in read(2), i.e. inside rdma_get_cm_event. */
+static int blocked_in_read(pid_t tid)
+{
+	char path[64];
+	long nr = -1;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	if (fscanf(f, "%ld", &nr) != 1)
+		nr = -1;
+	fclose(f);
+	return nr == SYS_read;
+}
+
+static int t_reader_teardown(void)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_cm_id *lid;
+	int port = listen_range(sch, 24160, 4, NULL, &lid);
+
+	for (int round = 0; round < 50; round++) {
+		struct rdma_event_channel *cch = rdma_create_event_channel();
+		struct rdma_cm_id *cid, *sid;
+		struct rdma_cm_event *e;
+		struct reader *r = calloc(1, sizeof(*r)); /* the reader outlives the round */
+		pthread_t t;
+
+		REQUIRE(r);
+		r->ch = cch;
+		cid = resolve_sync(cch, port);
+		make_qp(cid);
+		REQUIRE(rdma_connect(cid, NULL) == 0);
+		e = expect_within(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 5000);
+		sid = e->id;
+		rdma_ack_cm_event(e);
+		make_qp(sid);
+		REQUIRE(rdma_accept(sid, NULL) == 0);
+		rdma_ack_cm_event(expect_within(cch, RDMA_CM_EVENT_ESTABLISHED, 5000));
+		rdma_ack_cm_event(expect_within(sch, RDMA_CM_EVENT_ESTABLISHED, 5000));
+		REQUIRE(pthread_create(&t, NULL, cm_reader, r) == 0);
+		REQUIRE(pthread_detach(t) == 0);
+		for (double end = now_ms() + 5000; !__atomic_load_n(&r->tid, __ATOMIC_ACQUIRE) ||
+						   !blocked_in_read(r->tid);)
+			REQUIRE(now_ms() < end); /* the reader waits in rdma_get_cm_event */
+		/* rping's client teardown: its CM thread still reads the channel. */
+		REQUIRE(rdma_disconnect(cid) == 0);
+		rdma_destroy_qp(cid);
+		REQUIRE(rdma_destroy_id(cid) == 0);
+		rdma_destroy_event_channel(cch);
+		rdma_ack_cm_event(expect_within(sch, RDMA_CM_EVENT_DISCONNECTED, 10000));
+		rdma_destroy_qp(sid);
+		REQUIRE(rdma_destroy_id(sid) == 0);
+	}
+	REQUIRE(rdma_destroy_id(lid) == 0);
+	rdma_destroy_event_channel(sch);
+	/* The readers of the 50 destroyed channels wait on; one that failed has counted. */
+	printf("reader_teardown: 50 rounds, %d reader(s) failed\n", reader_failures);
+	return reader_failures != 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *c = argc > 1 ? argv[1] : "";
@@ -317,6 +406,8 @@ int main(int argc, char **argv)
 		return t_many();
 	if (!strcmp(c, "disc_both"))
 		return t_disc_both();
-	fprintf(stderr, "usage: cm_more mpa_timeout | many | disc_both\n");
+	if (!strcmp(c, "reader_teardown"))
+		return t_reader_teardown();
+	fprintf(stderr, "usage: cm_more mpa_timeout | many | disc_both | reader_teardown\n");
 	return 2;
 }
