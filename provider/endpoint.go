@@ -106,6 +106,13 @@ func (e *Endpoint) setSocket(c *net.TCPConn) bool {
 	return true
 }
 
+// abandoned reports whether the endpoint was closed while connecting.
+func (e *Endpoint) abandoned() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
 // event queues ev for the callback; events are delivered in order from one
 // goroutine at a time. Nothing follows a terminal event.
 func (e *Endpoint) event(ev Event) {

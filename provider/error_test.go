@@ -361,3 +361,65 @@ func TestConnectFromReservedPort(t *testing.T) {
 	}
 	c.wait(Rejected, to)
 }
+
+// A connect that finds nobody listening tries again for Policy.RefusedRetry
+// (a server between two listening ids on one port), then reports Rejected.
+func TestConnectRefusedRetry(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		window time.Duration
+		late   bool // a listener appears after 150 ms
+		want   EventType
+	}{
+		{"no retry", 0, false, Rejected},
+		{"nobody comes", 300 * time.Millisecond, false, Rejected},
+		{"listener comes late", 5 * time.Second, true, Established},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A port with nobody listening: take one and close it.
+			tl, err := netListen()
+			require.NoError(t, err)
+			addr := tl.Addr().(*net.TCPAddr)
+			require.NoError(t, tl.Close())
+
+			s := newSide(t)
+			pol := DefaultPolicy()
+			pol.RefusedRetry = tc.window
+			reqs := make(chan *Request, 1)
+			started := make(chan *Listener, 1)
+			if tc.late {
+				go func() {
+					time.Sleep(150 * time.Millisecond) // the gap being tested
+					ln, err := net.ListenTCP("tcp", addr)
+					if err != nil {
+						started <- nil
+						return
+					}
+					started <- listenPolicy(ln, func(r *Request) { reqs <- r }, DefaultPolicy())
+				}()
+			}
+			start := time.Now()
+			_, err = connectPolicy(s.qp, nil, addr, ConnParams{IRD: 1, ORD: 1}, 5*time.Second, s.cb, &pol)
+			require.NoError(t, err)
+			if tc.late {
+				l := <-started
+				require.NotNil(t, l, "listen on %v", addr)
+				defer l.Close()
+				var r *Request
+				select {
+				case r = <-reqs:
+				case <-time.After(5 * time.Second):
+					t.Fatal("no request")
+				}
+				srv := newSide(t)
+				_, err := r.Accept(srv.qp, ConnParams{IRD: 1, ORD: 1}, srv.cb)
+				require.NoError(t, err)
+			}
+			ev := s.wait(tc.want, 10*time.Second)
+			if tc.want == Rejected {
+				require.ErrorIs(t, ev.Err, syscall.ECONNREFUSED)
+				require.GreaterOrEqual(t, time.Since(start), tc.window)
+			}
+		})
+	}
+}

@@ -78,7 +78,9 @@ func (r ringView) entry(i uint32) unsafe.Pointer {
 func (s *side) postSend(e verbs.SQE) {
 	r := ringView{s.qp.SQ.Base()}
 	p := atomic.LoadUint32(r.prod())
-	require.Less(s.t, p-atomic.LoadUint32(r.cons()), r.size(), "SQ full")
+	if p-atomic.LoadUint32(r.cons()) >= r.size() { // not require.Less: allocation-free (TestDataPathAllocs)
+		s.t.Fatalf("SQ full")
+	}
 	*(*verbs.SQE)(r.entry(p)) = e
 	atomic.StoreUint32(r.prod(), p+1)
 	if s.qp.TakeTx() {

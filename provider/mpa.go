@@ -207,7 +207,7 @@ func connectPolicy(qp *verbs.QP, laddr, raddr *net.TCPAddr, p ConnParams, timeou
 			// the dial is over; the dial's bind must share it.
 			d.Control = reuseAddr
 		}
-		c, err := d.Dial("tcp", raddr.String())
+		c, err := e.dialRefusedRetry(&d, raddr, pol.RefusedRetry)
 		if err != nil {
 			if errors.Is(err, syscall.ECONNREFUSED) {
 				e.event(Event{Type: Rejected, Err: syscall.ECONNREFUSED})
@@ -220,6 +220,26 @@ func connectPolicy(qp *verbs.QP, laddr, raddr *net.TCPAddr, p ConnParams, timeou
 		e.runInitiator(c.(*net.TCPConn), p, timeout)
 	}()
 	return e, nil
+}
+
+// dialRefusedRetry dials raddr; a refused connection is dialed again, with
+// growing pauses, until window has passed (Policy.RefusedRetry), the
+// endpoint is closed, or the dial fails otherwise.
+func (e *Endpoint) dialRefusedRetry(d *net.Dialer, raddr *net.TCPAddr, window time.Duration) (net.Conn, error) {
+	end := time.Now().Add(window)
+	pause := 5 * time.Millisecond
+	for {
+		c, err := d.Dial("tcp", raddr.String())
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || e.abandoned() {
+			return c, err
+		}
+		left := time.Until(end)
+		if left <= 0 {
+			return nil, err
+		}
+		time.Sleep(min(pause, left))
+		pause = min(2*pause, 100*time.Millisecond)
+	}
 }
 
 // runInitiator does MPA as initiator on an connected socket and goes to RTS.

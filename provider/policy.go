@@ -40,6 +40,10 @@ import (
 //	                      none is (it stops reading the socket meanwhile: TCP
 //	                      back-pressure); a Go duration or seconds (default
 //	                      1s). 0: Terminate at once, as siw does.
+//	GOIWARP_CONNECT_RETRY how long a connect whose TCP connection is refused
+//	                      (nobody listens yet) tries again before it reports
+//	                      REJECTED; a Go duration or seconds (default 1s).
+//	                      0: report at once, as the kernel's iWARP CM does.
 type Policy struct {
 	Revision    int  // 1 or 2
 	CRC         bool // set C in what we send
@@ -53,10 +57,19 @@ type Policy struct {
 	// RNRTimeout bounds the wait for a receive buffer (0: none, Terminate
 	// at once).
 	RNRTimeout time.Duration
+	// RefusedRetry is how long a refused TCP connect is tried again.
+	RefusedRetry time.Duration
 }
 
 // DefaultRNRTimeout is GOIWARP_RNR_TIMEOUT's default.
 const DefaultRNRTimeout = time.Second
+
+// DefaultRefusedRetry is GOIWARP_CONNECT_RETRY's default: a server that hands
+// its port from one listening id to the next (perftest -R: a control
+// connection, then the data connections on the same port, while its client
+// already connects) has a moment with nobody listening, longer on a loaded
+// machine.
+const DefaultRefusedRetry = time.Second
 
 // rtrSet is a set of RFC 6581 RTR message types.
 type rtrSet uint8
@@ -70,7 +83,7 @@ const (
 // DefaultPolicy is the siw-compatible default.
 func DefaultPolicy() Policy {
 	return Policy{Revision: 2, RTR: rtrWrite | rtrRead, Timeout: 10 * time.Second, MaxPrivData: 256,
-		RNRTimeout: DefaultRNRTimeout}
+		RNRTimeout: DefaultRNRTimeout, RefusedRetry: DefaultRefusedRetry}
 }
 
 // PolicyFromEnv reads the GOIWARP_* variables above over DefaultPolicy.
@@ -166,6 +179,14 @@ func PolicyFromEnv() Policy {
 			return false
 		}
 		p.RNRTimeout = d
+		return true
+	})
+	env("GOIWARP_CONNECT_RETRY", func(v string) bool {
+		d, ok := duration(v)
+		if !ok || d < 0 {
+			return false
+		}
+		p.RefusedRetry = d
 		return true
 	})
 	env("GOIWARP_MPA_PDMAX", func(v string) bool {

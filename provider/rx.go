@@ -715,6 +715,7 @@ func (rx *rxState) commit() error {
 		if !o.rtr {
 			e.completeSend(o.idx, verbs.WCSuccess, o.placed)
 		}
+		t.putORD(o)
 		t.wake()
 	case actTerminate:
 		return rx.gotTerminate()
@@ -839,8 +840,8 @@ func (rx *rxState) begin(n int) *wire.Error {
 		if !t.takeIRD() {
 			return errIRD
 		}
-		m := &txMsg{kind: kindReadResp, h: wire.Header{Opcode: wire.OpReadResponse, STag: h.SinkSTag},
-			baseTO: h.SinkTO, total: int(h.ReadSize)}
+		m := t.newResponse(kindReadResp, wire.Header{Opcode: wire.OpReadResponse, STag: h.SinkSTag})
+		m.baseTO, m.total = h.SinkTO, int(h.ReadSize)
 		if h.ReadSize > 0 {
 			sp, err := verbs.Access(e.pd, h.SrcSTag, h.SrcTO, uint64(h.ReadSize), verbs.AccessRemoteRead)
 			if err != nil {
@@ -852,8 +853,8 @@ func (rx *rxState) begin(n int) *wire.Error {
 				t.putIRD()
 				return errMemFault
 			}
-			m.spans = []verbs.Span{sp}
-			m.data = [][]byte{sp.Buf}
+			m.spans = append(m.spans, sp)
+			m.data = append(m.data, sp.Buf)
 		}
 		t.queueInternal(m)
 		return nil
@@ -885,8 +886,8 @@ func (rx *rxState) begin(n int) *wire.Error {
 			t.putIRD()
 			return errMemFault
 		}
-		m := &txMsg{kind: kindAtomicResp, h: wire.Header{Opcode: wire.OpAtomicResponse, Last: true,
-			MSN: rx.atomicMSN, AtomicReqID: h.AtomicReqID, OrigValue: orig}}
+		m := t.newResponse(kindAtomicResp, wire.Header{Opcode: wire.OpAtomicResponse, Last: true,
+			MSN: rx.atomicMSN, AtomicReqID: h.AtomicReqID, OrigValue: orig})
 		rx.atomicMSN++
 		t.queueInternal(m)
 		return nil

@@ -46,6 +46,11 @@ type txMsg struct {
 	irdFreed bool   // a response whose IRD slot was given back (once framed)
 	byteLen  uint32
 	next     *txMsg // sent right after this one (Immediate Data after a Write)
+
+	// Backing of data and spans for a work request's SGEs: a message from
+	// the send queue needs no allocation of its own (txState.newSQMsg).
+	dataArr [verbs.MaxSGE][]byte
+	spanArr [verbs.MaxSGE]verbs.Span
 }
 
 func (m *txMsg) release() {
@@ -143,6 +148,69 @@ type txState struct {
 	wfn     func(fd uintptr) // writeFD, bound once
 	wBlock  bool
 	wErr    error
+
+	free []*txMsg // finished send-queue messages, for newSQMsg (token-owned)
+	// Finished Read and Atomic Responses, for newResponse: the receive side
+	// makes them, the transmitter finishes them (under mu).
+	respFree []*txMsg
+	ordFree  []*ordEntry // completed ORD entries, for buildSQ (under mu)
+}
+
+// newResponse returns a Read or Atomic Response message with header h
+// (the receive side's, under mu: the transmitter gives finished ones back).
+func (t *txState) newResponse(kind msgKind, h wire.Header) *txMsg {
+	var m *txMsg
+	t.mu.Lock()
+	if n := len(t.respFree); n > 0 {
+		m = t.respFree[n-1]
+		t.respFree = t.respFree[:n-1]
+	}
+	t.mu.Unlock()
+	if m == nil {
+		m = new(txMsg)
+	} else {
+		*m = txMsg{}
+	}
+	m.kind, m.h = kind, h
+	m.data, m.spans = m.dataArr[:0], m.spanArr[:0]
+	return m
+}
+
+// newORD returns a cleared ORD entry, a completed one again when there is one.
+func (t *txState) newORD() *ordEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.ordFree); n > 0 {
+		o := t.ordFree[n-1]
+		t.ordFree = t.ordFree[:n-1]
+		*o = ordEntry{}
+		return o
+	}
+	return new(ordEntry)
+}
+
+// putORD gives back an entry popORD returned, once the receive side is done
+// with it.
+func (t *txState) putORD(o *ordEntry) {
+	t.mu.Lock()
+	t.ordFree = append(t.ordFree, o)
+	t.mu.Unlock()
+}
+
+// newSQMsg returns a message for SQ entry idx: a finished one again when
+// there is one, so that the send path allocates nothing per work request.
+func (t *txState) newSQMsg(idx uint32) *txMsg {
+	var m *txMsg
+	if n := len(t.free); n > 0 {
+		m = t.free[n-1]
+		t.free = t.free[:n-1]
+		*m = txMsg{}
+	} else {
+		m = new(txMsg)
+	}
+	m.kind, m.idx, m.complete = kindSQ, idx, true
+	m.data, m.spans = m.dataArr[:0], m.spanArr[:0]
+	return m
 }
 
 func (t *txState) init(e *Endpoint) {
@@ -239,6 +307,14 @@ func (t *txState) setClosing() {
 }
 
 // queueInternal adds a response message and makes sure it goes out.
+// popFront drops q[0] and keeps q's capacity for the appends that follow
+// (q[1:] would shrink it until append reallocates); queues here are short.
+func popFront[T any](q []*T) []*T {
+	n := copy(q, q[1:])
+	q[n] = nil
+	return q[:n]
+}
+
 func (t *txState) queueInternal(m *txMsg) {
 	t.mu.Lock()
 	t.internal = append(t.internal, m)
@@ -455,8 +531,7 @@ func (t *txState) popORD() *ordEntry {
 		return nil
 	}
 	o := t.ord[0]
-	t.ord[0] = nil
-	t.ord = t.ord[1:]
+	t.ord = popFront(t.ord)
 	t.ordOut.Store(int32(len(t.ord)))
 	return o
 }
@@ -610,8 +685,7 @@ func (t *txState) nextMsg() *txMsg {
 	}
 	if len(t.internal) > 0 {
 		m := t.internal[0]
-		t.internal[0] = nil
-		t.internal = t.internal[1:]
+		t.internal = popFront(t.internal)
 		t.mu.Unlock()
 		return m
 	}
@@ -670,7 +744,7 @@ func (t *txState) gather(m *txMsg, sges []verbs.SGE, write bool) error {
 func (t *txState) payload(m *txMsg, sqe *verbs.SQE) error {
 	if sqe.Flags&verbs.SendInline != 0 {
 		d := sqe.InlineData()
-		m.data = [][]byte{d}
+		m.data = append(m.data, d)
 		m.total = len(d)
 		return nil
 	}
@@ -692,7 +766,7 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 	if sqe.Flags&verbs.SendFence != 0 && nord > 0 {
 		return nil, stallFence
 	}
-	m := &txMsg{kind: kindSQ, idx: idx, complete: true}
+	m := t.newSQMsg(idx)
 	switch op {
 	case verbs.WRSend, verbs.WRSendWithInv:
 		m.h.Opcode = wire.OpSend
@@ -718,7 +792,7 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 			return nil, stallNone
 		}
 		if op == verbs.WRRDMAWriteWithImm {
-			imm := &txMsg{kind: kindSQ, idx: idx, complete: true}
+			imm := t.newSQMsg(idx)
 			imm.h.Opcode = wire.OpImmediate
 			if sqe.Flags&verbs.SendSolicited != 0 {
 				imm.h.Opcode = wire.OpImmediateSE
@@ -742,7 +816,8 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 			t.localError(idx, verbs.WCLocLenErr, errors.New("goiwarp: bad SGE list for Read/Atomic"))
 			return nil, stallNone
 		}
-		oe := &ordEntry{idx: idx, atomic: atomic}
+		oe := t.newORD()
+		oe.idx, oe.atomic = idx, atomic
 		if len(sges) == 1 {
 			s := sges[0]
 			if atomic {
@@ -1031,8 +1106,12 @@ func (t *txState) finish(m *txMsg) {
 		if m.complete {
 			t.e.completeSend(m.idx, verbs.WCSuccess, m.byteLen)
 		}
+		t.free = append(t.free, m) // on the socket: nothing refers to it any more
 	case kindReadResp, kindAtomicResp:
 		t.freeIRD(m) // normally done when framed
+		t.mu.Lock()
+		t.respFree = append(t.respFree, m)
+		t.mu.Unlock()
 	case kindTerm:
 		t.e.ctr.TermSent()
 		t.finSent = true
