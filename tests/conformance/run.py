@@ -7,7 +7,8 @@ usage: run.py BUILD_DIR [--only REGEX] [--list] [--timeout S] [--known FILE]
 
 Every row runs its server (if any) in its own process group, waits until the
 server listens on its TCP port, runs the client, and checks exit codes and
-success output (data patterns, table lines). A row that exceeds its timeout is a
+success output (data patterns; every figure of perftest's and qperf's results,
+see check_figures and check_qperf). A row that exceeds its timeout is a
 failure; its whole process group is killed. Rows run one after another.
 
 Rows named in known-failures.txt (one per line: NAME  reason...) are still run
