@@ -18,6 +18,7 @@ makes the exit status 1. Each process's stdout/stderr go to LOGS/ROW.{server,cli
 Environment passed through: GOIWARP_* (e.g. GOIWARP_LOG=debug).
 """
 import argparse
+import math
 import os
 import random
 import re
@@ -64,6 +65,12 @@ def check_rping(count):
 
 
 NUM = r"\s+[0-9.]+"
+FIG = r"\s+(?:[0-9.]+|-?inf|-?nan)"   # perftest prints x/0 as inf or nan
+
+# perftest's own calibration failure (get_clock.c): the cycles-per-µs regression
+# over 200 timed samples has r^2 < 0.9 when a busy core preempts it, and
+# get_cpu_mhz then returns 0, so one table row is computed with 0 MHz.
+CALIBRATION = re.compile(r"^Correlation coefficient r\^2: \S+ < 0\.9$", re.M)
 
 # perftest's table columns after #bytes and #iterations, and the figures that
 # must be > 0. In duration mode (-D) perftest measures no peak (it prints BW
@@ -90,6 +97,12 @@ def perftest_figures(kind, line):
         return None
 
 
+def uncalibrated(kind, f):
+    """A row computed with perftest's CPU frequency 0 (CALIBRATION): no figure
+    is a finite number > 0 (rates 0, times inf or nan)."""
+    return not any(math.isfinite(f[c]) and f[c] > 0 for c in PERFTEST_COLS[kind][0])
+
+
 def check_figures(kind, f):
     """The first wrong figure of a parsed row, quoted, or None."""
     need = ["#iterations"] + PERFTEST_COLS[kind][1]
@@ -105,7 +118,7 @@ def check_figures(kind, f):
         if want < 0.005:
             need = [c for c in need if not c.startswith("BW")]
     for c in need:
-        if not f[c] > 0:
+        if not (math.isfinite(f[c]) and f[c] > 0):
             return "%s = %s, want > 0" % (c, f[c])
     if kind == "lat" and not f["t_min"] <= f["t_typical"] <= f["t_max"]:
         return "t_min %s <= t_typical %s <= t_max %s does not hold" % (
@@ -119,7 +132,7 @@ def check_perftest_table(kind, nsizes, server_table=True):
     prints at least its header, except ib_read_lat's server, which is passive
     and prints none (server_table=False)."""
     hdr = re.compile(r"#bytes\s+#iterations\s+" + re.escape(PERFTEST_COLS[kind][0][0]))
-    row = re.compile(r"^\s*\d+\s+\d+" + NUM * len(PERFTEST_COLS[kind][0]) + r"\s*$", re.M)
+    row = re.compile(r"^\s*\d+\s+\d+" + FIG * len(PERFTEST_COLS[kind][0]) + r"\s*$", re.M)
 
     def chk(r):
         sides = [("client", r.client_out)] + ([("server", r.server_out)] if server_table else [])
@@ -129,8 +142,17 @@ def check_perftest_table(kind, nsizes, server_table=True):
         rows = [m.group(0) for m in row.finditer(r.client_out)]
         if len(rows) != nsizes:
             return "client: %d %s table rows, want %d" % (len(rows), kind, nsizes)
+        excused = len(CALIBRATION.findall(r.client_err))
         for line in rows:
             f = perftest_figures(kind, line)
+            if f is not None and excused and uncalibrated(kind, f):
+                # One row per calibration perftest reported failed: its
+                # figures say nothing about goiwarp; the note says so.
+                excused -= 1
+                r.notes.append("client: table row %r not checked: perftest's CPU frequency "
+                               "calibration failed (%s)" % (" ".join(line.split()),
+                                                            CALIBRATION.search(r.client_err).group(0)))
+                continue
             bad = "not parsed" if f is None else check_figures(kind, f)
             if bad:
                 return "client: table row %r: %s" % (" ".join(line.split()), bad)
@@ -332,6 +354,9 @@ class Proc:
 class Result:
     server_out = server_err = client_out = client_err = ""
 
+    def __init__(self):
+        self.notes = []   # what a passing row's checks let through, and why
+
 
 def run_row(row, lib, logdir, ports, timeout):
     port = ports.get()
@@ -469,6 +494,8 @@ def main():
         results.append((row, res))
         print("%-6s %-22s %6.2fs  port %d%s" % (status, row.name, res.secs, res.port,
               "" if res.ok else "  " + res.problems[0].splitlines()[0]))
+        for n in res.notes:
+            print("       note: " + n)
         sys.stdout.flush()
     total = time.monotonic() - t_all
 
