@@ -22,6 +22,7 @@ while getopts "n:i:l:t:" o; do
 	esac
 done
 here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/tests/common/listen.sh" # wait_listen
 LIB=${LIB:-$here/_build/libgoiwarp.so}
 LIB=$(cd "$(dirname "$LIB")" && pwd)/$(basename "$LIB")
 [ -e "$LIB" ] || { echo "no $LIB (build first: cmake -S . -B _build && cmake --build _build -j)" >&2; exit 1; }
@@ -56,7 +57,7 @@ perftest() {
 	LD_PRELOAD=$LIB timeout 120 "$@" -p "$p" >/dev/null 2>&1 &
 	local s=$!
 	mine+=("$s")
-	sleep 0.5
+	wait_listen "$p" "$s"
 	LD_PRELOAD=$LIB timeout 120 "$@" -p "$p" 127.0.0.1 2>/dev/null | awk '/#bytes/ {getline; print; exit}'
 	wait "$s" 2>/dev/null
 }
@@ -70,7 +71,7 @@ qperf_run() {
 	timeout 60 qperf -lp "$lp" >/dev/null 2>&1 &
 	local s=$!
 	mine+=("$s")
-	sleep 0.3
+	wait_listen "$lp" "$s"
 	timeout 60 qperf -lp "$lp" -ip "$ip" 127.0.0.1 "$@" 2>/dev/null | awk '
 		$1 == "latency" || $1 == "bw" {
 			v = $3; u = $4

@@ -21,14 +21,28 @@ func TestSendWrittenThenDisconnect(t *testing.T) {
 		s.postRecv(rqe(1, sge(dmr, dst, 0, 4096)))
 
 		var once sync.Once
+		failing := make(chan struct{})
+		onFail := func(e *Endpoint) {
+			if e == c.ep {
+				close(failing)
+			}
+		}
+		testFailing.Store(&onFail)
+		t.Cleanup(func() { testFailing.Store(nil) })
 		testAfterWrite = func(e *Endpoint) {
 			if e != c.ep {
 				return
 			}
 			once.Do(func() {
-				// The receive side sees the peer's close now.
+				// The receive side sees the peer's close now: the
+				// written messages are retired only once fail waits
+				// at the gate (it is one call from it).
 				go e.fail(nil, nil)
-				time.Sleep(50 * time.Millisecond)
+				select {
+				case <-failing:
+				case <-time.After(to):
+					t.Error("fail did not start")
+				}
 			})
 		}
 		w := sqe(9, op, verbs.SendSignaled, sge(smr, src, 0, 1000))

@@ -300,8 +300,16 @@ func (e *Endpoint) failTx(term *termInfo, err error, asyncEv int) {
 	e.failing(term, err, asyncEv, true)
 }
 
+// testFailing, when set (tests), runs as a connection starts failing, before
+// it waits for a write in progress; atomic, as other endpoints may be failing
+// while a test sets it.
+var testFailing atomic.Pointer[func(e *Endpoint)]
+
 func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool) {
 	e.failOnce.Do(func() {
+		if f := testFailing.Load(); f != nil {
+			(*f)(e)
+		}
 		// After a write in progress retired what it finished (see wgate).
 		e.tx.wgate.Lock()
 		e.compMu.Lock()

@@ -28,7 +28,7 @@ func TestRNRWaitsForReceive(t *testing.T) {
 			}
 			c.postSend(w)
 		}
-		time.Sleep(300 * time.Millisecond)
+		waitRNR(t, s)
 		require.True(t, cqEmpty(s.rcq))
 		require.Equal(t, verbs.QPSRTS, s.qp.State(), "Terminated instead of waiting")
 		for i := uint64(1); i <= 3; i++ {
@@ -37,7 +37,9 @@ func TestRNRWaitsForReceive(t *testing.T) {
 			require.EqualValues(t, verbs.WCSuccess, rc.Status)
 			require.EqualValues(t, 10+i, rc.WRID)
 			require.EqualValues(t, n, rc.ByteLen)
-			time.Sleep(50 * time.Millisecond)
+			if i < 3 {
+				waitRNR(t, s) // the next Send waits for its receive
+			}
 		}
 		for i := uint64(1); i <= 3; i++ {
 			cq := pollCQ(t, c.scq, to)
@@ -49,6 +51,18 @@ func TestRNRWaitsForReceive(t *testing.T) {
 			require.True(t, bytes.Equal(src, dst[:n]))
 		}
 	}
+}
+
+// waitRNR waits until a Send (or Immediate Data) that found no receive
+// posted holds s's receive path.
+func waitRNR(t *testing.T, s *side) {
+	t.Helper()
+	rx := s.ep.rx.Load()
+	require.Eventually(t, func() bool {
+		rx.tok.Lock()
+		defer rx.tok.Unlock()
+		return !rx.rnrSince.IsZero()
+	}, to, time.Millisecond, "no Send waits for a receive")
 }
 
 // Past the RNR timeout (or with a timeout of 0, at once, as siw) the Send

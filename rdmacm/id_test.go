@@ -211,7 +211,8 @@ func TestPassiveAcceptRejectBacklog(t *testing.T) {
 	assert.Same(t, n, est.ID)
 	est.Owner().Ack()
 
-	// destroy of the listener waits for the unacked CONNECT_REQUEST
+	// destroy of the listener waits for the unacked CONNECT_REQUEST (a
+	// duration: it must still be waiting 50 ms later, when the event is acked)
 	done := make(chan struct{})
 	go func() { l.Destroy(); close(done) }()
 	select {

@@ -7,7 +7,8 @@ usage: run.py BUILD_DIR [--only REGEX] [--list] [--timeout S] [--known FILE]
 
 Every row runs its server (if any) in its own process group, waits until the
 server listens on its TCP port, runs the client, and checks exit codes and
-success output (data patterns, table lines). A row that exceeds its timeout is a
+success output (data patterns; every figure of perftest's and qperf's results,
+see check_figures and check_qperf). A row that exceeds its timeout is a
 failure; its whole process group is killed. Rows run one after another.
 
 Rows named in known-failures.txt (one per line: NAME  reason...) are still run
@@ -17,6 +18,7 @@ makes the exit status 1. Each process's stdout/stderr go to LOGS/ROW.{server,cli
 Environment passed through: GOIWARP_* (e.g. GOIWARP_LOG=debug).
 """
 import argparse
+import math
 import os
 import random
 import re
@@ -63,28 +65,116 @@ def check_rping(count):
 
 
 NUM = r"\s+[0-9.]+"
+FIG = r"\s+(?:[0-9.]+|-?inf|-?nan)"   # perftest prints x/0 as inf or nan
+
+# perftest's own calibration failure (get_clock.c): the cycles-per-µs regression
+# over 200 timed samples has r^2 < 0.9 when a busy core preempts it, and
+# get_cpu_mhz then returns 0, so one table row is computed with 0 MHz.
+CALIBRATION = re.compile(r"^Correlation coefficient r\^2: \S+ < 0\.9$", re.M)
+
+# perftest's table columns after #bytes and #iterations, and the figures that
+# must be > 0. In duration mode (-D) perftest measures no peak (it prints BW
+# peak 0.00) and its latency table has only t_avg and the transaction rate.
+PERFTEST_COLS = {
+    "bw": (["BW peak", "BW average", "MsgRate"], ["BW peak", "BW average", "MsgRate"]),
+    "bw-D": (["BW peak", "BW average", "MsgRate"], ["BW average", "MsgRate"]),
+    "lat": (["t_min", "t_max", "t_typical", "t_avg", "t_stdev", "99%", "99.9%"],
+            ["t_min", "t_max", "t_typical", "t_avg", "99%"]),
+    "lat-D": (["t_avg", "tps average"], ["t_avg", "tps average"]),
+}
+
+
+def perftest_figures(kind, line):
+    """A perftest table row's figures by column name (#bytes, #iterations
+    first), or None when the row has not the kind's shape."""
+    cols = ["#bytes", "#iterations"] + PERFTEST_COLS[kind][0]
+    vals = line.split()
+    if len(vals) != len(cols):
+        return None
+    try:
+        return dict(zip(cols, (float(v) for v in vals)))
+    except ValueError:
+        return None
+
+
+def uncalibrated(kind, f):
+    """A row computed with perftest's CPU frequency 0 (CALIBRATION): no figure
+    is a finite number > 0 (rates 0, times inf or nan)."""
+    return not any(math.isfinite(f[c]) and f[c] > 0 for c in PERFTEST_COLS[kind][0])
+
+
+def check_figures(kind, f):
+    """The first wrong figure of a parsed row, quoted, or None."""
+    need = ["#iterations"] + PERFTEST_COLS[kind][1]
+    if kind.startswith("bw"):
+        # perftest derives both from one measurement: BW average[MB/sec] is
+        # #bytes x MsgRate[Mpps] in MiB/s. It prints two decimals, so a BW
+        # figure of small messages at a low rate (2 B at under 2,600 msg/s,
+        # as a few 2 B reads stalled by a busy core) is a true 0.00; the
+        # tolerance covers both roundings (MsgRate has six decimals).
+        want = f["#bytes"] * f["MsgRate"] * 1e6 / 2**20
+        if abs(f["BW average"] - want) > 0.01 + 0.01 * want + f["#bytes"] * 0.5 / 2**20:
+            return "BW average = %s, but #bytes x MsgRate = %.2f MiB/s" % (f["BW average"], want)
+        if want < 0.005:
+            need = [c for c in need if not c.startswith("BW")]
+    for c in need:
+        if not (math.isfinite(f[c]) and f[c] > 0):
+            return "%s = %s, want > 0" % (c, f[c])
+    if kind == "lat" and not f["t_min"] <= f["t_typical"] <= f["t_max"]:
+        return "t_min %s <= t_typical %s <= t_max %s does not hold" % (
+            f["t_min"], f["t_typical"], f["t_max"])
+    return None
 
 
 def check_perftest_table(kind, nsizes, server_table=True):
-    """perftest tables: BW rows '#bytes #iterations BW peak BW average MsgRate',
-    latency rows '#bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%'.
-    The client prints the table; the server prints at least its header, except
-    ib_read_lat's server, which is passive and prints none (server_table=False)."""
-    if kind == "bw":
-        hdr = re.compile(r"#bytes\s+#iterations\s+BW peak")
-        row = re.compile(r"^\s*\d+\s+\d+" + NUM * 3 + r"\s*$", re.M)
-    else:
-        hdr = re.compile(r"#bytes\s+#iterations\s+t_min")
-        row = re.compile(r"^\s*\d+\s+\d+" + NUM * 7 + r"\s*$", re.M)
+    """perftest tables (kinds in PERFTEST_COLS): the client prints the table
+    with nsizes rows, each figure present and sane (check_figures); the server
+    prints at least its header, except ib_read_lat's server, which is passive
+    and prints none (server_table=False)."""
+    hdr = re.compile(r"#bytes\s+#iterations\s+" + re.escape(PERFTEST_COLS[kind][0][0]))
+    row = re.compile(r"^\s*\d+\s+\d+" + FIG * len(PERFTEST_COLS[kind][0]) + r"\s*$", re.M)
 
     def chk(r):
         sides = [("client", r.client_out)] + ([("server", r.server_out)] if server_table else [])
         for side, out in sides:
             if not hdr.search(out):
                 return "%s: no %s table header" % (side, kind)
-        rows = row.findall(r.client_out)
+        rows = [m.group(0) for m in row.finditer(r.client_out)]
         if len(rows) != nsizes:
             return "client: %d %s table rows, want %d" % (len(rows), kind, nsizes)
+        excused = len(CALIBRATION.findall(r.client_err))
+        for line in rows:
+            f = perftest_figures(kind, line)
+            if f is not None and excused and uncalibrated(kind, f):
+                # One row per calibration perftest reported failed: its
+                # figures say nothing about goiwarp; the note says so.
+                excused -= 1
+                r.notes.append("client: table row %r not checked: perftest's CPU frequency "
+                               "calibration failed (%s)" % (" ".join(line.split()),
+                                                            CALIBRATION.search(r.client_err).group(0)))
+                continue
+            bad = "not parsed" if f is None else check_figures(kind, f)
+            if bad:
+                return "client: table row %r: %s" % (" ".join(line.split()), bad)
+        return None
+    return chk
+
+
+def check_qperf(test):
+    """qperf's figure line ('bw  =  1.2 GB/sec', 'latency  =  15 us'): present,
+    its value > 0."""
+    name = "latency" if test.endswith("lat") else "bw"
+    unit = r"[nuµm]?s|sec" if name == "latency" else r"(?:[KMG]?B|bytes)/sec"
+    fig = re.compile(r"^\s+%s\s+=\s+([0-9.]+) (%s)\s*$" % (name, unit), re.M)
+
+    def chk(r):
+        if not re.search(r"^%s:" % test, r.client_out, re.M):
+            return "client output lacks /^%s:/" % test
+        m = fig.search(r.client_out)
+        if not m:
+            return "client output lacks /%s/" % fig.pattern
+        if not float(m.group(1)) > 0:
+            return "client: %s = %s %s, want > 0" % (name, m.group(1), m.group(2))
         return None
     return chk
 
@@ -153,13 +243,20 @@ def rows():
         for suf, extra, nsizes in variants:
             R.append(Row(tool + suf, [tool] + pt + extra + [HOST], [tool] + pt + extra,
                          checks=[check_perftest_table(kind, nsizes, tool != "ib_read_lat")]))
+    # Duration mode (-D): perftest's SIGALRM ends the test while the engine
+    # runs on the application's thread (issue 9).
+    for tool, kind, size in (("ib_write_bw", "bw", 2), ("ib_write_bw", "bw", 65536),
+                             ("ib_send_bw", "bw", 2), ("ib_send_bw", "bw", 65536),
+                             ("ib_write_lat", "lat", None), ("ib_read_bw", "bw", None)):
+        extra = ["-D", "1"] + (["-s", str(size)] if size else [])
+        R.append(Row(tool + "-D1" + ("-s%d" % size if size else ""),
+                     [tool] + pt + extra + [HOST], [tool] + pt + extra,
+                     checks=[check_perftest_table(kind + "-D", 1)]))
     for test in ("rc_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"):
-        want = r"^\s+latency\s+=\s+[0-9.]+ [nuµm]?s" if test.endswith("lat") \
-            else r"^\s+bw\s+=\s+[0-9.]+ [KMG]?B/sec"
         R.append(Row("qperf-" + test,
                      ["qperf", HOST, "-lp", "{P}", "-cm1", "-t", "2", test],
                      ["qperf", "-lp", "{P}"], server_persistent=True,
-                     checks=[check_regex("client", r"^%s:" % test, want)]))
+                     checks=[check_qperf(test)]))
     return R
 
 
@@ -256,6 +353,9 @@ class Proc:
 
 class Result:
     server_out = server_err = client_out = client_err = ""
+
+    def __init__(self):
+        self.notes = []   # what a passing row's checks let through, and why
 
 
 def run_row(row, lib, logdir, ports, timeout):
@@ -394,6 +494,8 @@ def main():
         results.append((row, res))
         print("%-6s %-22s %6.2fs  port %d%s" % (status, row.name, res.secs, res.port,
               "" if res.ok else "  " + res.problems[0].splitlines()[0]))
+        for n in res.notes:
+            print("       note: " + n)
         sys.stdout.flush()
     total = time.monotonic() - t_all
 

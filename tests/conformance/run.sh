@@ -6,4 +6,6 @@
 #   GOIWARP_LOG=debug tests/conformance/run.sh _build --only qperf
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# No __pycache__ in the source tree.
+export PYTHONDONTWRITEBYTECODE=1
 exec python3 "$here/run.py" "$@"

@@ -5,9 +5,10 @@
 # libgoiwarp-core.so.1 and dlerror, then abort(). Runs PROGRAM (default
 # ibv_devices; it must call the API) with only a copy of the shim preloaded.
 set -euo pipefail
+. "$(dirname "$0")/../common/skip.sh"
 shim=${1:?usage: core_missing.sh path/to/libgoiwarp.so [program]}
 prog=${2:-$(command -v ibv_devices || true)}
-[[ -n $prog ]] || { echo "SKIP: no program to run"; exit 77; }
+[[ -n $prog ]] || skip_or_fail "no program to run (ibv_devices, ibverbs-utils, not installed)"
 if /sbin/ldconfig -p 2>/dev/null | grep -q 'libgoiwarp-core\.so\.1'; then
   echo "SKIP: a libgoiwarp-core.so.1 is installed on the library path"; exit 77
 fi

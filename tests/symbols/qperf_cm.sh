@@ -4,11 +4,13 @@
 # does all the RDMA work: with LD_PRELOAD=LIB the child must load its own Go
 # core (capi/loader/) and run the test. Server and client on 127.0.0.1, RDMA CM
 # (-cm1), rc_bw; the control port is in 22000-22999. Only our own PIDs are
-# killed. Skips (77) if qperf is not installed.
+# killed. Without qperf: skips (77), fails when CI is set.
 set -uo pipefail
+. "$(dirname "$0")/../common/skip.sh"
+. "$(dirname "$0")/../common/listen.sh"
 lib=${1:?usage: qperf_cm.sh path/to/libgoiwarp.so}
 lib=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
-command -v qperf >/dev/null || { echo "SKIP: qperf not installed"; exit 77; }
+command -v qperf >/dev/null || skip_or_fail "qperf not installed"
 tmp=$(mktemp -d)
 spid=
 cleanup() { [[ -n $spid ]] && kill "$spid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
@@ -16,10 +18,11 @@ trap cleanup EXIT
 
 for attempt in 1 2 3 4 5; do
   port=$((22000 + (RANDOM % 1000)))
+  listening "$port" && continue # taken: wait_listen would see its owner
   LD_PRELOAD=$lib timeout -k 2 120 qperf -lp "$port" >"$tmp/server" 2>&1 &
   spid=$!
-  sleep 1
-  if kill -0 "$spid" 2>/dev/null; then break; fi
+  if wait_listen "$port" "$spid"; then break; fi
+  kill "$spid" 2>/dev/null
   wait "$spid" 2>/dev/null; spid=
   echo "server on port $port did not start: $(head -2 "$tmp/server")"
 done

@@ -436,7 +436,16 @@ static void test_wr_api(void)
 	for (int i = 0; i < 64; i++)
 		ibv_wr_send(qx);
 	CHECK(ibv_wr_complete(qx) == ENOMEM);
-	usleep(1000);
+	/* None of the refused WRs was queued: a WR posted now (flushed, the QP
+	 * is in ERR) is the next completion. */
+	ibv_wr_start(qx);
+	qx->wr_id = 6;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(qx);
+	ibv_wr_set_sge(qx, e.mr->lkey, (uintptr_t)e.buf, 16);
+	CHECK(ibv_wr_complete(qx) == 0);
+	CHECK(poll_n(e.scq, wc, 1) == 1);
+	CHECK(wc[0].wr_id == 6 && wc[0].status == IBV_WC_WR_FLUSH_ERR);
 	CHECK(ibv_poll_cq(e.scq, 8, wc) == 0);
 
 	CHECK(ibv_destroy_qp(qp) == 0);

@@ -13,11 +13,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <sys/socket.h>
@@ -543,7 +545,14 @@ static void dereg_srv(struct ep *e)
 {
 	swap_keys(e);
 	oob_sync(e);
-	usleep(20000);
+	/* Deregister once the first write is landing (the client's bytes are
+	 * 0x5a, the buffer was zeroed). */
+	volatile uint8_t *first = e->buf;
+	time_t end = time(NULL) + 10;
+	while (*first != 0x5a) {
+		REQUIRE(time(NULL) < end);
+		sched_yield();
+	}
 	REQUIRE(ibv_dereg_mr(e->mr) == 0);
 	e->mr = NULL;
 	oob_sync(e);
@@ -551,6 +560,7 @@ static void dereg_srv(struct ep *e)
 static void dereg_cli(struct ep *e)
 {
 	swap_keys(e);
+	memset(e->buf, 0x5a, 1 << 20);
 	oob_sync(e);
 	for (int i = 0; i < 48; i++)
 		REQUIRE(post(e, i, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, e->buf, 1 << 20,

@@ -2,13 +2,15 @@
 # Capture one rping run (LD_PRELOAD=libgoiwarp.so) on loopback with tshark
 # and decode it with Wireshark's iWARP dissectors: no malformed packet, MPA
 # request and reply, and the RDMAP opcodes Send, Read Request, Read Response
-# and Write. Exit 77 (ctest SKIP_RETURN_CODE) when capture is impossible.
+# and Write. When capture is impossible or a tool is missing: exit 77 (ctest
+# SKIP_RETURN_CODE), or a failure when CI is set (tests/common/skip.sh).
 # Usage: ws_check.sh LIBGOIWARP PORT
 set -u
 lib=$1 port=$2
-skip() { echo "SKIP: $*"; exit 77; }
-command -v tshark >/dev/null || skip "tshark not installed (build/deps.sh installs it)"
-command -v rping >/dev/null || skip "rping (rdmacm-utils) not installed"
+. "$(dirname "$0")/../common/skip.sh"
+. "$(dirname "$0")/../common/listen.sh"
+command -v tshark >/dev/null || skip_or_fail "tshark not installed (build/deps.sh installs it)"
+command -v rping >/dev/null || skip_or_fail "rping (rdmacm-utils) not installed"
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 pcap=$dir/rping.pcap
 tshark -i lo -f "tcp port $port" -w "$pcap" >"$dir/tshark.log" 2>&1 &
@@ -21,15 +23,23 @@ for _ in $(seq 100); do
 done
 if ! grep -q "Capturing on" "$dir/tshark.log"; then
   kill $ts 2>/dev/null; wait $ts 2>/dev/null
-  skip "tshark cannot capture on lo here: $(tr '\n' ' ' <"$dir/tshark.log")"
+  skip_or_fail "tshark cannot capture on lo here: $(tr '\n' ' ' <"$dir/tshark.log")"
 fi
 LD_PRELOAD=$lib timeout 30 rping -s -a 127.0.0.1 -p "$port" -C 3 >"$dir/srv.log" 2>&1 &
 srv=$!
-sleep 0.5
+wait_listen "$port" "$srv" || echo "note: rping server not listening on $port after 10 s"
 LD_PRELOAD=$lib timeout 30 rping -c -a 127.0.0.1 -p "$port" -C 3 -v >"$dir/cli.log" 2>&1
 crc=$?
 wait $srv; src=$?
-sleep 0.5
+# Stop tshark once the capture holds the connection's end (both FINs or a
+# RST come after every FPDU; tshark writes each packet as it gets it).
+end=$((SECONDS + 10))
+while ((SECONDS < end)); do
+  tshark -r "$pcap" -Y 'tcp.flags.fin == 1 || tcp.flags.reset == 1' -T fields \
+    -e tcp.flags.fin -e tcp.flags.reset 2>/dev/null |
+    awk '$1 == 1 || $1 == "True" { f++ } $2 == 1 || $2 == "True" { r++ } END { exit !(f >= 2 || r >= 1) }' && break
+  sleep 0.1
+done
 kill -INT $ts; wait $ts
 fail=0
 if [[ $crc != 0 || $src != 0 ]]; then
