@@ -306,19 +306,33 @@ func (qp *QP) SetError() bool {
 }
 
 // Doorbell is capi's call after post_send found the engine idle: the caller
-// now owns the TX token.
+// now owns the TX token, and must leave it with the engine or in the ring.
+// A poster that publishes while the token is held here does not ring, so
+// giving the token back looks at the ring again.
 func (qp *QP) Doorbell() {
-	qp.mu.Lock()
-	conn, st := qp.conn, qp.attr.State
-	qp.mu.Unlock()
-	switch {
-	case st == QPSRTS && conn != nil:
-		conn.Kick()
-	case st == QPSErr:
-		qp.flushSend()
-		qp.ReleaseTx()
-	default:
-		qp.ReleaseTx()
+	for {
+		qp.mu.Lock()
+		conn, st := qp.conn, qp.attr.State
+		qp.mu.Unlock()
+		switch {
+		case st == QPSRTS && conn != nil:
+			conn.Kick()
+			return
+		case st == QPSErr:
+			qp.flushSend()
+			if !qp.ReleaseTx() {
+				return
+			}
+			// posted during the flush: flush that too
+		default:
+			// Work waits for the state to change; whoever changes it takes
+			// the token (Attach) or flushes (to ERR), unless it came while
+			// the token was held here: then look again.
+			qp.DropTx()
+			if qp.State() == st || !qp.TakeTx() {
+				return
+			}
+		}
 	}
 }
 
