@@ -88,6 +88,12 @@ type QP struct {
 	sqNext uint32
 	sqDone []sqResult
 
+	// rqMu admits one consumer of the RQ at a time: the receive path, or a
+	// flush (the move to ERR, or post_recv's doorbell in ERR from any
+	// application thread). A flush holds it throughout: its CQEs keep the
+	// RQ's order.
+	rqMu sync.Mutex
+
 	// recvWake is signalled when a receive is posted while the receive
 	// path waits for one (ArmRecvWait).
 	recvWake chan struct{}
@@ -454,8 +460,10 @@ func (qp *QP) flushRecv() {
 		}
 		return
 	}
+	qp.rqMu.Lock()
+	defer qp.rqMu.Unlock()
 	for {
-		e, ok := qp.takeRQ()
+		e, ok := qp.takeRQLocked()
 		if !ok {
 			return
 		}
@@ -533,7 +541,7 @@ func (qp *QP) resetQueues() {
 	atomic.StoreUint32(&qp.SQ.hdr.Doorbell, 1)
 }
 
-func (qp *QP) takeRQ() (RQE, bool) {
+func (qp *QP) takeRQLocked() (RQE, bool) {
 	r := qp.RQ
 	c := r.cons()
 	if c == r.prod() {
@@ -550,7 +558,9 @@ func (qp *QP) TakeRecv() (RQE, bool) {
 	if qp.SRQ != nil {
 		return qp.SRQ.take()
 	}
-	return qp.takeRQ()
+	qp.rqMu.Lock()
+	defer qp.rqMu.Unlock()
+	return qp.takeRQLocked()
 }
 
 // CompleteRecv writes a receive completion.

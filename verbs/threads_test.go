@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -175,6 +176,72 @@ func TestConcurrentPostPollResize(t *testing.T) {
 			if tc.errAfter < 0 {
 				assert.Zero(t, flushed)
 			}
+		})
+	}
+}
+
+// capiPostRecv is capi's post_recv on a QP in ERR: publish under the RQ
+// lock, then the receive doorbell flushes.
+func capiPostRecv(qp *QP, rqLock *sync.Mutex, wrid uint64) bool {
+	rqLock.Lock()
+	r := qp.RQ
+	p := r.prod()
+	if p-r.cons() >= r.Size() {
+		rqLock.Unlock()
+		return false
+	}
+	*(*RQE)(r.entry(p)) = RQE{WRID: wrid}
+	r.setProd(p + 1)
+	rqLock.Unlock()
+	qp.PostRecvDoorbell()
+	return true
+}
+
+// Receives posted from several threads to a QP in ERR are flushed once each
+// (each poster's doorbell flushes what it finds) while a thread polls.
+// Run with -race.
+func TestConcurrentRecvFlush(t *testing.T) {
+	for _, posters := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d posters", posters), func(t *testing.T) {
+			const per = 2000
+			f := newFixture(t, 64, false)
+			toInit(t, f.qp)
+			require.NoError(t, f.qp.Modify(QPAttr{State: QPSErr}, QPAttrState))
+			var rqLock sync.Mutex
+			credits := make(chan struct{}, 64) // posted and not polled fit the CQ
+			for p := range posters {
+				go func() {
+					for i := range per {
+						credits <- struct{}{}
+						for !capiPostRecv(f.qp, &rqLock, uint64(p*per+i)) {
+							runtime.Gosched()
+						}
+					}
+				}()
+			}
+			seen := make([]int, posters*per)
+			deadline := time.Now().Add(10 * time.Second)
+			n := 0
+			for n < posters*per && time.Now().Before(deadline) {
+				got := f.poll()
+				for _, e := range got {
+					assert.EqualValues(t, WCWRFlushErr, e.Status)
+					seen[e.WRID]++
+					<-credits
+				}
+				n += len(got)
+				if len(got) == 0 {
+					runtime.Gosched()
+				}
+			}
+			dup := 0
+			for _, c := range seen {
+				if c > 1 {
+					dup++
+				}
+			}
+			assert.Equal(t, posters*per, n, "completions")
+			assert.Zero(t, dup, "receives flushed more than once")
 		})
 	}
 }
