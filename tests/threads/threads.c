@@ -9,8 +9,9 @@
  *                and poll the same CQ; it wakes for every armed event and
  *                exits on the completion of a last marker WR.
  *   cm_event     one thread blocks in rdma_get_cm_event while 3 others post
- *                and poll; the peer's disconnect wakes it; every WR posted
- *                completes once (successfully or flushed).
+ *                writes and poll, and 2 post receives and poll; the peer's
+ *                disconnect wakes it; every WR posted completes once
+ *                (successfully or flushed).
  *   resize       ibv_resize_cq, ibv_req_notify_cq and ibv_poll_cq on one CQ
  *                in three threads while its QP's completions arrive; the arm
  *                survives the resizes.
@@ -557,9 +558,9 @@ enum { CM_WORKERS = 3, CM_MAX = 1 << 20 };
 
 struct cm {
 	struct conn c;
-	struct seen done;
-	struct credit scq;
-	atomic_int posted, disconnected;
+	struct seen done, rdone;
+	struct credit scq, rcq;
+	atomic_int posted, rposted, disconnected;
 	double until;
 };
 
@@ -614,19 +615,59 @@ static void *cm_worker(void *arg)
 	return NULL;
 }
 
+static void cm_rcount(struct cm *p, struct ibv_wc *wc, int n)
+{
+	for (int k = 0; k < n; k++) {
+		REQUIRE(wc[k].status == IBV_WC_WR_FLUSH_ERR); /* the peer sends nothing */
+		seen_mark(&p->rdone, wc[k].wr_id, "receive completion");
+	}
+	atomic_fetch_sub(&p->rcq.out, n);
+}
+
+/* Posts receives (flushed at the disconnect, or at once once the QP is in
+ * ERR) and polls the receive CQ until the disconnect is reported. */
+static void *cm_recv_worker(void *arg)
+{
+	struct cm *p = arg;
+	struct ibv_wc wc[4];
+
+	while (!atomic_load(&p->disconnected)) {
+		REQUIRE(now_s() < p->until);
+		int i = atomic_fetch_add(&p->rposted, 1);
+		REQUIRE(i < CM_MAX);
+		struct ibv_sge s = {.addr = (uintptr_t)p->c.cli.buf, .length = 8,
+				    .lkey = p->c.cli.mr->lkey};
+		struct ibv_recv_wr w = {.wr_id = (uint64_t)i, .sg_list = &s, .num_sge = 1}, *bad;
+		credit_take(&p->rcq, 1, p->until);
+		int e = ibv_post_recv(p->c.cli.qp, &w, &bad);
+		if (e) {
+			REQUIRE(e == ENOMEM);
+			seen_mark(&p->rdone, (uint64_t)i, "refused receive");
+			atomic_fetch_sub(&p->rcq.out, 1);
+		}
+		int n = ibv_poll_cq(p->c.cli.rcq, 4, wc);
+		REQUIRE(n >= 0);
+		cm_rcount(p, wc, n);
+	}
+	return NULL;
+}
+
 static int t_cm_event(void)
 {
 	static struct cm p;
-	pthread_t waiter, workers[CM_WORKERS];
+	pthread_t waiter, workers[CM_WORKERS], rworkers[2];
 	struct ibv_wc wc[8];
 
 	connect_pair(&p.c, 1024, 1);
 	seen_init(&p.done, CM_MAX);
-	p.scq.max = 512;
+	seen_init(&p.rdone, CM_MAX);
+	p.scq.max = p.rcq.max = 512;
 	p.until = now_s() + DEADLINE_S;
 	REQUIRE(pthread_create(&waiter, NULL, cm_waiter, &p) == 0);
 	for (int t = 0; t < CM_WORKERS; t++)
 		REQUIRE(pthread_create(&workers[t], NULL, cm_worker, &p) == 0);
+	for (int t = 0; t < 2; t++)
+		REQUIRE(pthread_create(&rworkers[t], NULL, cm_recv_worker, &p) == 0);
 	while (atomic_load(&p.done.count) < 2000) {
 		REQUIRE(now_s() < p.until);
 		sched_yield();
@@ -636,17 +677,24 @@ static int t_cm_event(void)
 	pthread_join(waiter, NULL);
 	for (int t = 0; t < CM_WORKERS; t++)
 		pthread_join(workers[t], NULL);
+	for (int t = 0; t < 2; t++)
+		pthread_join(rworkers[t], NULL);
 	/* every accepted WR completes: what the workers left is flushed */
-	int posted = atomic_load(&p.posted);
-	while (atomic_load(&p.done.count) < (size_t)posted) {
+	int posted = atomic_load(&p.posted), rposted = atomic_load(&p.rposted);
+	while (atomic_load(&p.done.count) < (size_t)posted ||
+	       atomic_load(&p.rdone.count) < (size_t)rposted) {
 		REQUIRE(now_s() < p.until);
 		int n = ibv_poll_cq(p.c.cli.scq, 8, wc);
 		REQUIRE(n >= 0);
 		cm_count(&p, wc, n);
+		n = ibv_poll_cq(p.c.cli.rcq, 8, wc);
+		REQUIRE(n >= 0);
+		cm_rcount(&p, wc, n);
 	}
-	CHECK(ibv_poll_cq(p.c.cli.scq, 1, wc) == 0);
-	printf("cm_event: %d writes from %d threads; the thread in rdma_get_cm_event woke for the "
-	       "peer's disconnect; every WR completed once\n", posted, CM_WORKERS);
+	CHECK(ibv_poll_cq(p.c.cli.scq, 1, wc) == 0 && ibv_poll_cq(p.c.cli.rcq, 1, wc) == 0);
+	printf("cm_event: %d writes from %d threads and %d receives from 2; the thread in "
+	       "rdma_get_cm_event woke for the peer's disconnect; every WR completed once\n",
+	       posted, CM_WORKERS, rposted);
 	close_pair(&p.c, 0);
 	return 0;
 }
