@@ -15,6 +15,8 @@
  *   resize       ibv_resize_cq, ibv_req_notify_cq and ibv_poll_cq on one CQ
  *                in three threads while its QP's completions arrive; the arm
  *                survives the resizes.
+ *   destroy_qp   rdma_destroy_qp with 4096 writes queued while 3 threads poll
+ *                its CQ (their empty polls call into the engine for that QP).
  *   bench        ns per call of an empty ibv_poll_cq and of ibv_req_notify_cq
  *                (a figure, not a check).
  *
@@ -831,6 +833,73 @@ static int t_resize(void)
 	return 0;
 }
 
+/* ---- destroy_qp ----------------------------------------------------------- */
+
+enum { DQ_N = 4096, DQ_POLLERS = 3 };
+
+struct dq {
+	struct conn c;
+	struct seen done;
+	atomic_int stop;
+};
+
+/* Polls the CQ of a QP that is destroyed meanwhile (an empty poll calls
+ * into the engine for that QP's progress): each completion comes once. */
+static void *dq_poller(void *arg)
+{
+	struct dq *p = arg;
+	struct ibv_wc wc[8];
+
+	while (!atomic_load(&p->stop)) {
+		int n = ibv_poll_cq(p->c.cli.scq, 8, wc);
+		REQUIRE(n >= 0);
+		for (int k = 0; k < n; k++)
+			seen_mark(&p->done, wc[k].wr_id, "completion");
+		if (n == 0)
+			sched_yield();
+	}
+	return NULL;
+}
+
+static int t_destroy_qp(void)
+{
+	static struct dq p;
+	pthread_t th[DQ_POLLERS];
+	double until = now_s() + DEADLINE_S;
+
+	connect_pair(&p.c, DQ_N, 1);
+	seen_init(&p.done, DQ_N);
+	for (int t = 0; t < DQ_POLLERS; t++)
+		REQUIRE(pthread_create(&th[t], NULL, dq_poller, &p) == 0);
+	for (uint64_t i = 0; i < DQ_N; i++) {
+		struct ibv_sge s = {.addr = (uintptr_t)p.c.cli.buf, .length = 8,
+				    .lkey = p.c.cli.mr->lkey};
+		struct ibv_send_wr w = {.wr_id = i, .sg_list = &s, .num_sge = 1,
+					.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED};
+		w.wr.rdma.remote_addr = (uintptr_t)p.c.srv.buf;
+		w.wr.rdma.rkey = p.c.srv.mr->rkey;
+		post_send_retry(p.c.cli.qp, &w, until);
+	}
+	size_t before = atomic_load(&p.done.count);
+	rdma_destroy_qp(p.c.cli.id); /* aborts the connection, work still queued */
+	rdma_ack_cm_event(expect(p.c.sch, RDMA_CM_EVENT_DISCONNECTED));
+	/* Nothing completes into the CQ once the destroy returned: what it holds
+	 * is drained when it is found empty, here or by the pollers. */
+	struct ibv_wc wc[8];
+	int n;
+	while ((n = ibv_poll_cq(p.c.cli.scq, 8, wc)) > 0)
+		for (int k = 0; k < n; k++)
+			seen_mark(&p.done, wc[k].wr_id, "completion");
+	REQUIRE(n == 0);
+	atomic_store(&p.stop, 1);
+	for (int t = 0; t < DQ_POLLERS; t++)
+		pthread_join(th[t], NULL);
+	printf("destroy_qp: %d writes, %zu completed before the destroy, %zu in all; %d pollers "
+	       "went on over its CQ\n", DQ_N, before, atomic_load(&p.done.count), DQ_POLLERS);
+	close_pair(&p.c, 0);
+	return 0;
+}
+
 /* ---- bench ---------------------------------------------------------------- */
 
 /* The best of 5 rounds of n calls: the machine is shared, the least
@@ -896,6 +965,8 @@ int main(int argc, char **argv)
 		t_cm_event();
 	else if (!strcmp(argv[1], "resize"))
 		t_resize();
+	else if (!strcmp(argv[1], "destroy_qp"))
+		t_destroy_qp();
 	else if (!strcmp(argv[1], "bench"))
 		t_bench();
 	else {
