@@ -121,6 +121,8 @@ struct gcapi_channel {
 
 struct gcapi_cq {
 	struct ibv_cq_ex cq; /* struct ibv_cq is its prefix */
+	/* The poll lock: every use of ring (poll_cq, start_poll..end_poll,
+	 * req_notify_cq) and its swap by ibv_resize_cq, which unmaps the old one. */
 	pthread_spinlock_t lock;
 	struct giw_ring *ring;
 	uint64_t wc_flags; /* create_cq_ex: what the read_* ops may be asked */

@@ -319,20 +319,25 @@ int gcapi_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	return i;
 }
 
+/* Under the poll lock: ibv_resize_cq swaps c->ring and unmaps the old ring
+ * under it (an arm written to the old ring faults, or is lost once Resize
+ * has copied the notify word over). */
 int gcapi_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
-	struct giw_ring *r = gcapi_cq(cq)->ring;
+	struct gcapi_cq *c = gcapi_cq(cq);
 
 	if (gcapi_in_forked_child())
 		return gcapi_err(EPERM);
+	pthread_spin_lock(&c->lock);
 	if (!solicited_only) {
-		__atomic_store_n(&r->notify, GIW_NOTIFY_NEXT, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&c->ring->notify, GIW_NOTIFY_NEXT, __ATOMIC_SEQ_CST);
 	} else {
 		/* an armed "next" already covers solicited completions */
 		uint32_t none = GIW_NOTIFY_NONE;
-		__atomic_compare_exchange_n(&r->notify, &none, GIW_NOTIFY_SOLICITED, 0,
+		__atomic_compare_exchange_n(&c->ring->notify, &none, GIW_NOTIFY_SOLICITED, 0,
 					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 	}
+	pthread_spin_unlock(&c->lock);
 	return 0;
 }
 

@@ -88,6 +88,12 @@ type QP struct {
 	sqNext uint32
 	sqDone []sqResult
 
+	// rqMu admits one consumer of the RQ at a time: the receive path, or a
+	// flush (the move to ERR, or post_recv's doorbell in ERR from any
+	// application thread). A flush holds it throughout: its CQEs keep the
+	// RQ's order.
+	rqMu sync.Mutex
+
 	// recvWake is signalled when a receive is posted while the receive
 	// path waits for one (ArmRecvWait).
 	recvWake chan struct{}
@@ -306,19 +312,33 @@ func (qp *QP) SetError() bool {
 }
 
 // Doorbell is capi's call after post_send found the engine idle: the caller
-// now owns the TX token.
+// now owns the TX token, and must leave it with the engine or in the ring.
+// A poster that publishes while the token is held here does not ring, so
+// giving the token back looks at the ring again.
 func (qp *QP) Doorbell() {
-	qp.mu.Lock()
-	conn, st := qp.conn, qp.attr.State
-	qp.mu.Unlock()
-	switch {
-	case st == QPSRTS && conn != nil:
-		conn.Kick()
-	case st == QPSErr:
-		qp.flushSend()
-		qp.ReleaseTx()
-	default:
-		qp.ReleaseTx()
+	for {
+		qp.mu.Lock()
+		conn, st := qp.conn, qp.attr.State
+		qp.mu.Unlock()
+		switch {
+		case st == QPSRTS && conn != nil:
+			conn.Kick()
+			return
+		case st == QPSErr:
+			qp.flushSend()
+			if !qp.ReleaseTx() {
+				return
+			}
+			// posted during the flush: flush that too
+		default:
+			// Work waits for the state to change; whoever changes it takes
+			// the token (Attach) or flushes (to ERR), unless it came while
+			// the token was held here: then look again.
+			qp.DropTx()
+			if qp.State() == st || !qp.TakeTx() {
+				return
+			}
+		}
 	}
 }
 
@@ -440,8 +460,10 @@ func (qp *QP) flushRecv() {
 		}
 		return
 	}
+	qp.rqMu.Lock()
+	defer qp.rqMu.Unlock()
 	for {
-		e, ok := qp.takeRQ()
+		e, ok := qp.takeRQLocked()
 		if !ok {
 			return
 		}
@@ -519,7 +541,7 @@ func (qp *QP) resetQueues() {
 	atomic.StoreUint32(&qp.SQ.hdr.Doorbell, 1)
 }
 
-func (qp *QP) takeRQ() (RQE, bool) {
+func (qp *QP) takeRQLocked() (RQE, bool) {
 	r := qp.RQ
 	c := r.cons()
 	if c == r.prod() {
@@ -536,7 +558,9 @@ func (qp *QP) TakeRecv() (RQE, bool) {
 	if qp.SRQ != nil {
 		return qp.SRQ.take()
 	}
-	return qp.takeRQ()
+	qp.rqMu.Lock()
+	defer qp.rqMu.Unlock()
+	return qp.takeRQLocked()
 }
 
 // CompleteRecv writes a receive completion.

@@ -101,7 +101,7 @@ static int t_conn(const char *host, int n, int reject)
 	make_qp(cid);
 	if (n > 252) {
 		REQUIRE(rdma_connect(cid, &cp) == -1 && errno == EINVAL);
-		return 0;
+		goto out_cli;
 	}
 	/* Depths beyond the device's max_qp_init_rd_atom / max_qp_rd_atom (128). */
 	cp.initiator_depth = 129;
@@ -142,6 +142,7 @@ static int t_conn(const char *host, int n, int reject)
 		wr.wr.rdma.rkey = 0;
 		REQUIRE(ibv_post_send(cid->qp, &wr, &bad) == 0);
 		rdma_ack_cm_event(expect(sch, RDMA_CM_EVENT_ESTABLISHED));
+		REQUIRE(ibv_dereg_mr(mr) == 0);
 	}
 	REQUIRE(rdma_disconnect(cid) == 0);
 	rdma_ack_cm_event(expect(cch, RDMA_CM_EVENT_DISCONNECTED));
@@ -151,6 +152,7 @@ static int t_conn(const char *host, int n, int reject)
 	rdma_destroy_qp(sid);
 out:
 	rdma_destroy_id(sid);
+out_cli:
 	rdma_destroy_qp(cid);
 	rdma_destroy_id(cid);
 	rdma_destroy_id(lid);
