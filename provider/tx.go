@@ -135,7 +135,9 @@ type txState struct {
 	// (successfully) before any flush can see it.
 	wgate sync.Mutex
 
-	// The batch being written.
+	// The batch being written, in memory held only while transmitting
+	// (holdBatch, releaseBatch).
+	bufs    *batchBufs
 	arena   []byte
 	apos    int
 	iov     [][]byte
@@ -154,6 +156,62 @@ type txState struct {
 	// makes them, the transmitter finishes them (under mu).
 	respFree []*txMsg
 	ordFree  []*ordEntry // completed ORD entries, for buildSQ (under mu)
+}
+
+// batchBufs is a transmitter's batch memory (arena, iov, iovecs: ~72 KiB).
+// It is taken from the process's free list when a transmitter starts framing
+// and given back when it has written everything: an idle connection holds
+// none. (Not a sync.Pool: that one drops entries at random under the race
+// detector and at every second GC, and then the data path allocates.)
+type batchBufs struct {
+	arena  []byte
+	iov    [][]byte
+	iovecs []unix.Iovec
+}
+
+// maxFreeBatches bounds what the free list keeps after a burst of many
+// connections transmitting at once.
+const maxFreeBatches = 64
+
+var freeBatches struct {
+	sync.Mutex
+	l []*batchBufs
+}
+
+func (t *txState) holdBatch() {
+	if t.bufs != nil {
+		return
+	}
+	var b *batchBufs
+	freeBatches.Lock()
+	if n := len(freeBatches.l); n > 0 {
+		b = freeBatches.l[n-1]
+		freeBatches.l = freeBatches.l[:n-1]
+	}
+	freeBatches.Unlock()
+	if b == nil {
+		b = &batchBufs{arena: make([]byte, batchArena), iov: make([][]byte, 0, batchIOV),
+			iovecs: make([]unix.Iovec, 0, batchIOV)}
+	}
+	t.bufs, t.arena, t.iov, t.iovecs = b, b.arena, b.iov[:0], b.iovecs[:0]
+}
+
+// releaseBatch gives the batch memory back once everything framed is written.
+func (t *txState) releaseBatch() {
+	b := t.bufs
+	if b == nil || t.queued != t.written || len(t.acts) > 0 || t.cur != nil {
+		return
+	}
+	// What the slices still point at is the arena or registered memory
+	// (not the Go heap): nothing stale is kept alive.
+	b.iov, b.iovecs = t.iov[:0], t.iovecs[:0]
+	t.bufs, t.arena, t.iov, t.iovecs = nil, nil, nil, nil
+	t.resetBatch()
+	freeBatches.Lock()
+	if len(freeBatches.l) < maxFreeBatches {
+		freeBatches.l = append(freeBatches.l, b)
+	}
+	freeBatches.Unlock()
 }
 
 // newResponse returns a Read or Atomic Response message with header h
@@ -218,9 +276,6 @@ func (t *txState) init(e *Endpoint) {
 	t.msn = [5]uint32{1, 1, 1, 1, 1}
 	t.crc = e.neg.crc
 	t.mk = e.neg.mkTx
-	t.arena = make([]byte, batchArena)
-	t.iov = make([][]byte, 0, batchIOV)
-	t.iovecs = make([]unix.Iovec, 0, batchIOV)
 	t.wfn = t.writeFD
 }
 
@@ -486,6 +541,7 @@ func (t *txState) idle() bool {
 			_ = c.CloseWrite()
 		}
 	}
+	t.releaseBatch()
 	if e.dead.Load() {
 		t.tokSync.Add(1)
 		if e.qp.State() == verbs.QPSErr {
@@ -870,6 +926,7 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 // (wire.FinishFPDU and wire.InsertMarkers want the FPDU in one buffer; here
 // the payload stays in registered memory, one iovec per piece).
 func (t *txState) frameSegment(m *txMsg) {
+	t.holdBatch()
 	h := &m.h
 	info := h.Opcode.Info()
 	// A message longer than one FPDU is cut into equal FPDUs, not into full
@@ -973,6 +1030,7 @@ func (t *txState) marker() {
 func (t *txState) frameOne(fpdu []byte) []byte {
 	t.fstart = t.spos
 	t.crcAcc = 0
+	t.holdBatch()
 	t.resetBatch()
 	t.piece(fpdu)
 	if t.mk && wire.NextMarker(t.spos) == 0 {
