@@ -287,19 +287,24 @@ struct side {
 	unsigned done;      /* bit wr_id: that completion was polled */
 };
 
-static struct rdma_cm_event *get_event(struct rdma_event_channel *ch)
+static uint32_t conn_seq; /* connections so far: each one's Sends carry it */
+
+static struct rdma_cm_event *get_event(struct rdma_event_channel *ch, const char *want)
 {
 	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
 	struct rdma_cm_event *ev;
 
-	REQUIRE(poll(&p, 1, 10000) == 1);
+	if (poll(&p, 1, 10000) != 1) {
+		fprintf(stderr, "[%s] cycle %u: no CM event in 10 s, want %s\n", role, conn_seq, want);
+		exit(1);
+	}
 	REQUIRE(rdma_get_cm_event(ch, &ev) == 0);
 	return ev;
 }
 
 static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_event_type t)
 {
-	struct rdma_cm_event *ev = get_event(ch);
+	struct rdma_cm_event *ev = get_event(ch, rdma_event_str(t));
 
 	if (ev->event != t) {
 		fprintf(stderr, "[%s] got %s (status %d), want %s\n", role, rdma_event_str(ev->event),
@@ -383,7 +388,6 @@ static void recv_seq(struct side *s, uint32_t seq)
 /* The listening end, kept for the whole case (part of the baseline). */
 static struct rdma_event_channel *lch;
 static struct rdma_cm_id *lid;
-static uint32_t conn_seq;
 
 static uint16_t conn_port;
 
@@ -466,10 +470,10 @@ static void serve_one(void)
 	rdma_ack_cm_event(expect(lch, RDMA_CM_EVENT_ESTABLISHED));
 	recv_seq(&s, seq);
 	send_seq(&s, ~seq);
-	ev = get_event(lch);
+	ev = get_event(lch, "DISCONNECTED or the next CONNECT_REQUEST");
 	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
 		next_req = ev;
-		ev = get_event(lch);
+		ev = get_event(lch, "DISCONNECTED");
 	}
 	REQUIRE(ev->event == RDMA_CM_EVENT_DISCONNECTED && ev->id == s.id);
 	rdma_ack_cm_event(ev);
