@@ -208,8 +208,11 @@ static void cyc_id_chan(void)
 	rdma_destroy_event_channel(ch);
 }
 
-/* The same port every cycle (found by the first): a listener that outlived
- * its id would make the next bind fail with EADDRINUSE. */
+/* The same port every cycle while it stays free: a listener that outlived
+ * its id would make the next bind fail with EADDRINUSE (and would show as an
+ * fd and a goroutine too). The ports lie in the ephemeral range, so another
+ * process's outgoing connection may take it between two cycles: then the
+ * cycle moves to the next free port and says so. */
 static uint16_t listen_port;
 
 static void cyc_id_listen(void)
@@ -219,11 +222,14 @@ static void cyc_id_listen(void)
 	struct rdma_cm_id *id;
 	REQUIRE(ch != NULL);
 	REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
-	if (listen_port) {
-		REQUIRE(rdma_bind_addr(id, (struct sockaddr *)&sa) == 0);
+	if (listen_port && rdma_bind_addr(id, (struct sockaddr *)&sa) == 0) {
 		REQUIRE(rdma_listen(id, 16) == 0);
 	} else {
+		uint16_t was = listen_port;
+		REQUIRE(!was || errno == EADDRINUSE);
 		listen_port = listen_free(id);
+		if (was)
+			printf("id_listen: port %u taken meanwhile, now %u\n", was, listen_port);
 	}
 	REQUIRE(rdma_destroy_id(id) == 0);
 	rdma_destroy_event_channel(ch);
