@@ -4,7 +4,8 @@
  *
  *   leaks [-n CYCLES] [-c CONN_CYCLES] [-p PORT] [CASE ...]
  *
- * Cases (default: all): id id_chan id_listen pd mr cq cq_chan qp conn conn2.
+ * Cases (default: all): id id_chan id_listen ctx pd mr cq cq_chan qp srq conn
+ * conn2.
  * Object cases run CYCLES cycles (default 10000), connection cases
  * CONN_CYCLES (default 2000: about 15 s for conn and conn2 together on a
  * loaded 2-core machine; 10000 is the long run). Each case first runs a warm-up round of a
@@ -233,6 +234,21 @@ static void cyc_id_listen(void)
 	}
 	REQUIRE(rdma_destroy_id(id) == 0);
 	rdma_destroy_event_channel(ch);
+}
+
+/* Opened besides the library's own context of giw_lo (rdma_cm's). */
+static void cyc_ctx(void)
+{
+	struct ibv_context *c = open_lo();
+	REQUIRE(ibv_close_device(c) == 0);
+}
+
+static void cyc_srq(void)
+{
+	struct ibv_srq_init_attr a = {.attr = {.max_wr = 256, .max_sge = 2}};
+	struct ibv_srq *srq = ibv_create_srq(pd, &a);
+	REQUIRE(srq != NULL);
+	REQUIRE(ibv_destroy_srq(srq) == 0);
 }
 
 static void cyc_pd(void)
@@ -528,9 +544,9 @@ struct kase {
 
 static const struct kase cases[] = {
 	{"id", cyc_id, 0},      {"id_chan", cyc_id_chan, 0}, {"id_listen", cyc_id_listen, 0},
-	{"pd", cyc_pd, 0},      {"mr", cyc_mr, 0},           {"cq", cyc_cq, 0},
-	{"cq_chan", cyc_cq_chan, 0}, {"qp", cyc_qp, 0},     {"conn", cyc_conn, 1},
-	{"conn2", cyc_conn2, 1},
+	{"ctx", cyc_ctx, 0},    {"pd", cyc_pd, 0},           {"mr", cyc_mr, 0},
+	{"cq", cyc_cq, 0},      {"cq_chan", cyc_cq_chan, 0}, {"qp", cyc_qp, 0},
+	{"srq", cyc_srq, 0},    {"conn", cyc_conn, 1},       {"conn2", cyc_conn2, 1},
 };
 
 static int srv_fd = -1;

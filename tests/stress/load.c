@@ -1,7 +1,8 @@
 /* Load with integrity: many connections between two processes carrying RDMA
  * Writes, Reads and Sends with checked payloads, for a bounded time.
  *
- *   load [-n CONNS] [-t SECONDS] [-p PORT]      (defaults 1000, 25, 34200)
+ *   load [-n CONNS] [-t SECONDS] [-p PORT]      (defaults 1000, 25, 34200;
+ *                                               ctest runs -t 20)
  *
  * This process is the client; it posix_spawns itself as the server
  * ("load srv PORT FD") and talks to it over a socketpair. Per connection
