@@ -274,7 +274,7 @@ static int server_main(uint16_t port0, int fd)
 	struct rdma_cm_id *lid;
 	struct sconn *cs;
 	struct totals t = {0};
-	int accepted = 0, established = 0, disconnected = 0, quit = 0;
+	int accepted = 0, established = 0, disconnected = 0, quit = 0, printed = 0;
 	uint16_t port;
 
 	role = "srv";
@@ -341,9 +341,9 @@ static int server_main(uint16_t port0, int fd)
 				exit(1);
 			}
 			rdma_ack_cm_event(ev);
-			if (established == nconns && accepted == nconns && disconnected == 0 && !quit) {
+			if (established == nconns && !printed) {
 				print_process("all connections up");
-				established++; /* printed once */
+				printed = 1;
 			}
 		}
 		while ((n = ibv_poll_cq(rcq, 32, wc)) > 0) {
