@@ -14,12 +14,12 @@
  *
  * Every case but conn2 first runs a tenth of its cycles (at least 100) in a
  * pass over all cases (the Go runtime grows its heap, thread pool and
- * netpoller once, whichever case comes first); then each case runs such a
- * warm-up round again (conn2, in new processes, two), takes the baseline,
- * runs its cycles and measures:
+ * netpoller once, whichever case comes first); then each case runs such
+ * warm-up rounds until one no longer raises the RSS peak, takes the
+ * baseline, runs its cycles and measures:
  * fds and goroutines must come back within +-10 % of the baseline, threads
  * too or within 2 of it (threads_within), resident memory to at most 110 %
- * of it (rss_within).
+ * of it (rss_within; its baseline is the warm-up round's peak, rss_peak).
  *
  * Ports: the first free ones from PORT (default 34000) on.
  */
@@ -142,6 +142,20 @@ static struct figures settle(const struct figures *base)
 		f = sample();
 	}
 	return f;
+}
+
+/* Resident memory swings with the Go heap between two collections (the
+ * heap grows to twice what is live, then is collected; its pages go back to
+ * the kernel later): a baseline sampled at one low point would fail a
+ * measurement at a high one. The baseline is the highest VmRSS of the
+ * warm-up round, sampled every 16 cycles; a leak grows past it. */
+static long rss_peak(long peak, long cycle)
+{
+	long r;
+	if (cycle % 16)
+		return peak;
+	r = rss_kb();
+	return r > peak ? r : peak;
 }
 
 /* Prints the figures and returns the number out of bounds. */
@@ -526,11 +540,16 @@ static int server_main(int fd)
 	listen_on();
 	REQUIRE(write(fd, &conn_port, sizeof(conn_port)) == sizeof(conn_port));
 	while (read(fd, &c, sizeof(c)) == (ssize_t)sizeof(c) && c.op != 'q') {
-		for (long i = 0; i < c.n; i++)
+		long peak = 0;
+		for (long i = 0; i < c.n; i++) {
 			serve_one();
+			peak = rss_peak(peak, i);
+		}
 		f = settle(c.op == 'w' ? NULL : &base);
-		if (c.op == 'w')
+		if (c.op == 'w') {
+			f.rss_kb = f.rss_kb > peak ? f.rss_kb : peak;
 			base = f;
+		}
 		REQUIRE(write(fd, &f, sizeof(f)) == (ssize_t)sizeof(f));
 	}
 	unlisten();
@@ -605,10 +624,9 @@ static void warm_up(const struct kase *k, long n)
 
 static int run_case(const struct kase *k, long cycles)
 {
-	struct figures b, a, sb, sa;
+	struct figures b, a, sb = {0}, sa;
 	int two = k->cycle == cyc_conn2, bad;
-	/* conn2's processes are new: they get the first pass's round too. */
-	long warm = warm_cycles(cycles) * (two ? 2 : 1);
+	long warm = warm_cycles(cycles), peak = 0, last = 0, srv_last = 0;
 	double t0;
 
 	if (k->conn && !two)
@@ -616,13 +634,27 @@ static int run_case(const struct kase *k, long cycles)
 	if (two) {
 		conn_seq = 0; /* counted from the server process's start */
 		srv_start();
-		srv_send('w', warm);
 	}
-	for (long i = 0; i < warm; i++)
-		k->cycle();
-	if (two)
-		srv_figures(&sb);
+	/* Warm-up rounds until one no longer raises the RSS peak (of either
+	 * process) by more than 1 %: the runtime's heap reaches its working
+	 * size after a number of cycles that depends on the case (at most 8
+	 * rounds). */
+	for (int round = 0; round < 8; round++) {
+		last = peak;
+		srv_last = sb.rss_kb;
+		if (two)
+			srv_send('w', warm);
+		for (long i = 0; i < warm; i++) {
+			k->cycle();
+			peak = rss_peak(peak, i);
+		}
+		if (two)
+			srv_figures(&sb);
+		if (round > 0 && peak * 100 <= last * 101 && sb.rss_kb * 100 <= srv_last * 101)
+			break;
+	}
 	b = settle(NULL);
+	b.rss_kb = b.rss_kb > peak ? b.rss_kb : peak;
 	t0 = now();
 	if (two)
 		srv_send('m', cycles);
@@ -665,11 +697,12 @@ int main(int argc, char **argv)
 	REQUIRE((cq = ibv_create_cq(ctx, 512, NULL, NULL, 0)));
 	/* A first pass over every case before any is measured: the runtime's
 	 * heap, thread pool and netpoller reach their working size whichever
-	 * case comes first. */
+	 * case comes first. conn is always in it: the netpoller's two fds come
+	 * with the first socket or timer, whatever cases were chosen. */
 	for (int pass = 0; pass < 2; pass++)
 		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 			const struct kase *k = &cases[i];
-			int want = optind == argc;
+			int want = optind == argc || (pass == 0 && k->cycle == cyc_conn);
 			for (int j = optind; j < argc; j++)
 				want |= !strcmp(argv[j], k->name);
 			if (!want)
