@@ -5,12 +5,14 @@
  *   leaks [-n CYCLES] [-c CONN_CYCLES] [-p PORT] [CASE ...]
  *
  * Cases (default: all): id id_chan id_listen ctx pd mr cq cq_chan qp srq
- * conn conn2. Object cases run CYCLES cycles (default 10000), connection
- * cases CONN_CYCLES (default 2000: 5-25 s for conn and conn2 together on a
- * loaded 2-core machine; -c 10000 is the long run). conn has both ends in
- * this process; conn2 has the server in a second process (this binary,
- * posix_spawn'ed as "leaks srv PORT FD"), measured the same way and printed
- * with a "srv" prefix.
+ * conn conn2 conn_reject conn_refused conn_abort. Object cases run CYCLES
+ * cycles (default 10000), connection cases CONN_CYCLES (default 2000, about
+ * 15-25 s for all five on a loaded 2-core machine; -c 10000 is the long
+ * run). conn has both ends in this process; conn2 has the server in a
+ * second process (this binary, posix_spawn'ed as "leaks srv PORT FD"),
+ * measured the same way and printed with a "srv" prefix. conn_reject: the
+ * server rejects; conn_refused: nobody listens; conn_abort: the client
+ * destroys an established connection without disconnecting.
  *
  * Every case but conn2 first runs a tenth of its cycles (at least 100) in a
  * pass over all cases (the Go runtime grows its heap, thread pool and
@@ -21,7 +23,8 @@
  * too or within 2 of it (threads_within), resident memory to at most 110 %
  * of it (rss_within; its baseline is the warm-up round's peak, rss_peak).
  *
- * Ports: the first free ones from PORT (default 34000) on.
+ * Ports: the first free ones from PORT (default 34000) on, and from
+ * PORT + 200 for conn_refused.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -167,7 +170,7 @@ static int report(const char *who, const char *name, long cycles, double secs, c
 	long av[] = {a->fds, a->threads, a->goroutines, a->rss_kb};
 	int bad = 0;
 
-	printf("%s%-9s %6ld cycles %6.1f s:", who, name, cycles, secs);
+	printf("%s%-12s %6ld cycles %6.1f s:", who, name, cycles, secs);
 	for (int i = 0; i < 4; i++) {
 		int ok = i == 3 ? rss_within(bv[i], av[i]) : i == 1 ? threads_within(bv[i], av[i]) : within(bv[i], av[i]);
 		printf("  %s %ld->%ld (%.2f)%s", lbl[i], bv[i], av[i], bv[i] ? (double)av[i] / bv[i] : 0,
@@ -443,6 +446,87 @@ static void unlisten(void)
 	rdma_destroy_event_channel(lch);
 }
 
+/* The client's first steps: resolve, set up, connect. */
+static struct rdma_event_channel *client_start(struct side *c, uint16_t port)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_in sa = lo_addr(port);
+	struct rdma_conn_param cp = {.responder_resources = 1, .initiator_depth = 1};
+	struct rdma_cm_id *id;
+
+	REQUIRE(ch != NULL);
+	REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
+	REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sa, 2000) == 0);
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	REQUIRE(rdma_resolve_route(id, 2000) == 0);
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	side_setup(c, id);
+	REQUIRE(rdma_connect(id, &cp) == 0);
+	return ch;
+}
+
+/* The server rejects the request. */
+static void cyc_conn_reject(void)
+{
+	struct side c;
+	struct rdma_event_channel *ch = client_start(&c, conn_port);
+	struct rdma_cm_event *ev = expect(lch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *req = ev->id;
+
+	REQUIRE(rdma_reject(req, "no", 2) == 0);
+	rdma_ack_cm_event(ev);
+	REQUIRE(rdma_destroy_id(req) == 0);
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_REJECTED));
+	side_teardown(&c);
+	rdma_destroy_event_channel(ch);
+}
+
+/* Nobody listens on the port: an id bound to it, not listening, kept for
+ * the process (TCP answers RST). */
+static struct rdma_cm_id *closed_id;
+static uint16_t closed_port;
+
+static void cyc_conn_refused(void)
+{
+	struct side c;
+	struct rdma_event_channel *ch;
+
+	if (!closed_id) {
+		struct sockaddr_in sa;
+		REQUIRE(rdma_create_id(NULL, &closed_id, NULL, RDMA_PS_TCP) == 0);
+		for (closed_port = port0 + 200;; closed_port++) {
+			sa = lo_addr(closed_port);
+			if (rdma_bind_addr(closed_id, (struct sockaddr *)&sa) == 0)
+				break;
+			REQUIRE(errno == EADDRINUSE && closed_port < port0 + 400);
+		}
+	}
+	ch = client_start(&c, closed_port);
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_REJECTED));
+	side_teardown(&c);
+	rdma_destroy_event_channel(ch);
+}
+
+/* Established, then the client destroys everything without disconnecting:
+ * the server sees DISCONNECTED. */
+static void cyc_conn_abort(void)
+{
+	struct rdma_conn_param cp = {.responder_resources = 1, .initiator_depth = 1};
+	struct side c, s;
+	struct rdma_event_channel *ch = client_start(&c, conn_port);
+	struct rdma_cm_event *ev = expect(lch, RDMA_CM_EVENT_CONNECT_REQUEST);
+
+	side_setup(&s, ev->id);
+	rdma_ack_cm_event(ev);
+	REQUIRE(rdma_accept(s.id, &cp) == 0);
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(expect(lch, RDMA_CM_EVENT_ESTABLISHED));
+	side_teardown(&c);
+	rdma_destroy_event_channel(ch);
+	rdma_ack_cm_event(expect(lch, RDMA_CM_EVENT_DISCONNECTED));
+	side_teardown(&s);
+}
+
 /* The client half: resolve, connect, one Send each way, disconnect. With
  * srv set the server half runs interleaved in this thread; otherwise the
  * server is another process serving the same steps (serve_one). */
@@ -568,6 +652,8 @@ static const struct kase cases[] = {
 	{"ctx", cyc_ctx, 0},    {"pd", cyc_pd, 0},           {"mr", cyc_mr, 0},
 	{"cq", cyc_cq, 0},      {"cq_chan", cyc_cq_chan, 0}, {"qp", cyc_qp, 0},
 	{"srq", cyc_srq, 0},    {"conn", cyc_conn, 1},       {"conn2", cyc_conn2, 1},
+	{"conn_reject", cyc_conn_reject, 1}, {"conn_refused", cyc_conn_refused, 1},
+	{"conn_abort", cyc_conn_abort, 1},
 };
 
 static int srv_fd = -1;
