@@ -16,12 +16,13 @@
  *
  * Every case but conn2 first runs a tenth of its cycles (at least 100) in a
  * pass over all cases (the Go runtime grows its heap, thread pool and
- * netpoller once, whichever case comes first); then each case runs such
- * warm-up rounds until one no longer raises the RSS peak, takes the
- * baseline, runs its cycles and measures:
- * fds and goroutines must come back within +-10 % of the baseline, threads
- * too or within 2 of it (threads_within), resident memory to at most 110 %
- * of it (rss_within; its baseline is the warm-up round's peak, rss_peak).
+ * netpoller once, whichever case comes first). Then each case warms up
+ * (object cases: as many cycles as measured; connection cases: rounds of a
+ * tenth until one no longer raises the RSS peak), takes the baseline, runs
+ * its cycles and measures: fds and goroutines must come back within +-10 %
+ * of the baseline, threads too or within 2 of it (threads_within), resident
+ * memory to at most 110 % of it (rss_within; its baseline is the highest
+ * VmRSS of the case's warm-up, rss_sample).
  *
  * Ports: the first free ones from PORT (default 34000) on, and from
  * PORT + 200 for conn_refused.
@@ -131,6 +132,25 @@ static int all_within(const struct figures *b, const struct figures *a)
 	       within(b->goroutines, a->goroutines) && rss_within(b->rss_kb, a->rss_kb);
 }
 
+/* The baseline: the last cycle's goroutines (event delivery, a reader
+ * returning from its read) may still be ending, so fds and goroutines are
+ * the lowest seen over 100 ms. */
+static struct figures baseline(void)
+{
+	double end = now() + 0.1;
+	struct figures f = sample(), g;
+
+	while (now() < end) {
+		struct timespec ms = {0, 1000000};
+		nanosleep(&ms, NULL);
+		g = sample();
+		g.fds = g.fds < f.fds ? g.fds : f.fds;
+		g.goroutines = g.goroutines < f.goroutines ? g.goroutines : f.goroutines;
+		f = g;
+	}
+	return f;
+}
+
 /* Goroutines of a closed connection end asynchronously (a reader returns
  * from its read, an event goroutine delivers the last event): the figures
  * are sampled until they are back within bounds, for at most 5 s. */
@@ -139,7 +159,7 @@ static struct figures settle(const struct figures *base)
 	double end = now() + 5;
 	struct figures f = sample();
 
-	while (base && !all_within(base, &f) && now() < end) {
+	while (!all_within(base, &f) && now() < end) {
 		struct timespec ms = {0, 1000000};
 		nanosleep(&ms, NULL);
 		f = sample();
@@ -149,16 +169,20 @@ static struct figures settle(const struct figures *base)
 
 /* Resident memory swings with the Go heap between two collections (the
  * heap grows to twice what is live, then is collected; its pages go back to
- * the kernel later): a baseline sampled at one low point would fail a
- * measurement at a high one. The baseline is the highest VmRSS of the
- * warm-up round, sampled every 16 cycles; a leak grows past it. */
-static long rss_peak(long peak, long cycle)
+ * the kernel later), by 1-3 MB here: a baseline sampled at one low point
+ * would fail a measurement at a high one. The RSS baseline is therefore the
+ * highest VmRSS seen during the case's warm-up (sampled every 16 cycles):
+ * the working set the case already needed. A leak grows past it. */
+static long rss_high;
+
+static void rss_sample(long cycle)
 {
 	long r;
 	if (cycle % 16)
-		return peak;
+		return;
 	r = rss_kb();
-	return r > peak ? r : peak;
+	if (r > rss_high)
+		rss_high = r;
 }
 
 /* Prints the figures and returns the number out of bounds. */
@@ -624,14 +648,14 @@ static int server_main(int fd)
 	listen_on();
 	REQUIRE(write(fd, &conn_port, sizeof(conn_port)) == sizeof(conn_port));
 	while (read(fd, &c, sizeof(c)) == (ssize_t)sizeof(c) && c.op != 'q') {
-		long peak = 0;
 		for (long i = 0; i < c.n; i++) {
 			serve_one();
-			peak = rss_peak(peak, i);
+			if (c.op == 'w')
+				rss_sample(i);
 		}
-		f = settle(c.op == 'w' ? NULL : &base);
+		f = c.op == 'w' ? baseline() : settle(&base);
 		if (c.op == 'w') {
-			f.rss_kb = f.rss_kb > peak ? f.rss_kb : peak;
+			f.rss_kb = f.rss_kb > rss_high ? f.rss_kb : rss_high;
 			base = f;
 		}
 		REQUIRE(write(fd, &f, sizeof(f)) == (ssize_t)sizeof(f));
@@ -702,8 +726,10 @@ static void warm_up(const struct kase *k, long n)
 {
 	if (k->conn)
 		listen_on();
-	for (long i = 0; i < n; i++)
+	for (long i = 0; i < n; i++) {
 		k->cycle();
+		rss_sample(i);
+	}
 	if (k->conn)
 		unlisten();
 }
@@ -712,7 +738,13 @@ static int run_case(const struct kase *k, long cycles)
 {
 	struct figures b, a, sb = {0}, sa;
 	int two = k->cycle == cyc_conn2, bad;
-	long warm = warm_cycles(cycles), peak = 0, last = 0, srv_last = 0;
+	/* An object cycle allocates little: a tenth of the cycles may not span
+	 * one collection, so the warm-up is as long as the measurement and sees
+	 * the same swings. A connection allocates ~100 KB: rounds of a tenth,
+	 * until one no longer raises the RSS peak (of either process) by more
+	 * than 1 % (at most 8). */
+	long warm = k->conn ? warm_cycles(cycles) : cycles, last = 0, srv_last = 0;
+	int rounds = k->conn ? 8 : 1;
 	double t0;
 
 	if (k->conn && !two)
@@ -721,26 +753,23 @@ static int run_case(const struct kase *k, long cycles)
 		conn_seq = 0; /* counted from the server process's start */
 		srv_start();
 	}
-	/* Warm-up rounds until one no longer raises the RSS peak (of either
-	 * process) by more than 1 %: the runtime's heap reaches its working
-	 * size after a number of cycles that depends on the case (at most 8
-	 * rounds). */
-	for (int round = 0; round < 8; round++) {
-		last = peak;
+	rss_high = 0; /* this case's own peak */
+	for (int round = 0; round < rounds; round++) {
+		last = rss_high;
 		srv_last = sb.rss_kb;
 		if (two)
 			srv_send('w', warm);
 		for (long i = 0; i < warm; i++) {
 			k->cycle();
-			peak = rss_peak(peak, i);
+			rss_sample(i);
 		}
 		if (two)
 			srv_figures(&sb);
-		if (round > 0 && peak * 100 <= last * 101 && sb.rss_kb * 100 <= srv_last * 101)
+		if (round > 0 && rss_high * 100 <= last * 101 && sb.rss_kb * 100 <= srv_last * 101)
 			break;
 	}
-	b = settle(NULL);
-	b.rss_kb = b.rss_kb > peak ? b.rss_kb : peak;
+	b = baseline();
+	b.rss_kb = b.rss_kb > rss_high ? b.rss_kb : rss_high;
 	t0 = now();
 	if (two)
 		srv_send('m', cycles);
