@@ -1,7 +1,7 @@
 /* Load with integrity: many connections between two processes carrying RDMA
  * Writes, Reads and Sends with checked payloads, for a bounded time.
  *
- *   load [-n CONNS] [-t SECONDS] [-p PORT]      (defaults 1000, 25, 34200;
+ *   load [-n CONNS] [-t SECONDS] [-p PORT]      (defaults 1000, 25, 34500;
  *                                               ctest runs -t 20)
  *
  * This process is the client; it posix_spawns itself as the server
@@ -628,7 +628,7 @@ int main(int argc, char **argv)
 {
 	struct totals st;
 	double secs = 25, t0, t_setup, t_run, t_down;
-	uint16_t port0 = 34200, port;
+	uint16_t port0 = 34500, port;
 	int opt, down = 0, st_code;
 	char q = 'q';
 
