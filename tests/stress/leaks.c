@@ -16,13 +16,13 @@
  *
  * Every case but conn2 first runs a tenth of its cycles (at least 100) in a
  * pass over all cases (the Go runtime grows its heap, thread pool and
- * netpoller once, whichever case comes first). Then each case warms up
- * (object cases: as many cycles as measured; connection cases: rounds of a
- * tenth until one no longer raises the RSS peak), takes the baseline, runs
- * its cycles and measures: fds and goroutines must come back within +-10 %
- * of the baseline, threads too or within 2 of it (threads_within), resident
- * memory to at most 110 % of it (rss_within; its baseline is the highest
- * VmRSS of the case's warm-up, rss_sample).
+ * netpoller once, whichever case comes first). Then each case warms up in
+ * rounds until one no longer raises the RSS peak (object cases: rounds of
+ * as many cycles as measured; connection cases: of a tenth), takes the
+ * baseline, runs its cycles and measures: fds and goroutines must come back
+ * within +-10 % of the baseline, threads too or within 2 of it
+ * (threads_within), resident memory to at most 110 % of it (rss_within; its
+ * baseline is the highest VmRSS of the case's warm-up, rss_sample).
  *
  * Ports: the first free ones from PORT (default 34000) on, and from
  * PORT + 200 for conn_refused.
@@ -738,13 +738,13 @@ static int run_case(const struct kase *k, long cycles)
 {
 	struct figures b, a, sb = {0}, sa;
 	int two = k->cycle == cyc_conn2, bad;
-	/* An object cycle allocates little: a tenth of the cycles may not span
-	 * one collection, so the warm-up is as long as the measurement and sees
-	 * the same swings. A connection allocates ~100 KB: rounds of a tenth,
-	 * until one no longer raises the RSS peak (of either process) by more
-	 * than 1 % (at most 8). */
+	/* Warm-up rounds until one no longer raises the RSS peak (of either
+	 * process) by more than 1 %. An object cycle allocates little: a
+	 * tenth of the cycles may not span one collection, so its rounds are
+	 * as long as the measurement and see the same swings (at most 3). A
+	 * connection allocates ~100 KB: rounds of a tenth (at most 8). */
 	long warm = k->conn ? warm_cycles(cycles) : cycles, last = 0, srv_last = 0;
-	int rounds = k->conn ? 8 : 1;
+	int rounds = k->conn ? 8 : 3;
 	double t0;
 
 	if (k->conn && !two)
