@@ -1,7 +1,7 @@
 package main
 
 // goiwarp's own extensions (include/goiwarp.h): socket-to-RDMA, query
-// provider, counters. The C entry points are in giw_ext.c.
+// provider, counters, runtime. The C entry points are in giw_ext.c.
 
 /*
 #include <stdlib.h>
@@ -15,6 +15,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
+	"runtime/metrics"
 	"sync"
 	"time"
 	"unsafe"
@@ -235,4 +237,21 @@ func goGiwQueryCounters(ctxh C.uintptr_t, out *C.struct_giw_counters) C.int {
 	out.connections = C.uint64_t(s.Connections)
 	out.active_connections = C.uint64_t(s.ActiveConnections)
 	return 0
+}
+
+// runtimeSamples are the runtime/metrics giw_query_runtime reads (no
+// stop-the-world, unlike runtime.ReadMemStats).
+var runtimeSamples = []string{"/memory/classes/heap/objects:bytes", "/memory/classes/total:bytes"}
+
+//export goGiwQueryRuntime
+func goGiwQueryRuntime(out *C.struct_giw_runtime) {
+	s := make([]metrics.Sample, len(runtimeSamples))
+	for i, n := range runtimeSamples {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	*out = C.struct_giw_runtime{}
+	out.goroutines = C.uint64_t(runtime.NumGoroutine())
+	out.heap_live_bytes = C.uint64_t(s[0].Value.Uint64())
+	out.mapped_bytes = C.uint64_t(s[1].Value.Uint64())
 }

@@ -107,3 +107,11 @@ int giw_query_counters(struct ibv_context *ctx, struct giw_counters *counters)
 	e = goGiwQueryCounters(gcapi_context_handle(ctx), counters);
 	return e ? gcapi_err(e) : 0;
 }
+
+int giw_query_runtime(struct giw_runtime *rt)
+{
+	if (!rt)
+		return gcapi_err(EINVAL);
+	goGiwQueryRuntime(rt);
+	return 0;
+}

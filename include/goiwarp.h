@@ -72,6 +72,13 @@
  * -----------
  * giw_query_counters() reads the per-device counters of the calling process
  * (examples/c/giw_stat.c prints them).
+ *
+ * 4. Runtime
+ * ----------
+ * giw_query_runtime() reports what the library's Go runtime holds in the
+ * calling process (goroutines, heap), which /proc does not show: with the
+ * process's fds, threads and VmRSS it tells whether objects destroyed by the
+ * application gave back everything they took (tests/stress/leaks.c).
  */
 #ifndef GOIWARP_H
 #define GOIWARP_H
@@ -205,6 +212,19 @@ struct giw_counters {
 /* giw_query_counters -- the counters of ctx's device. EINVAL for NULL
  * arguments or a context not of this library. */
 int giw_query_counters(struct ibv_context *ctx, struct giw_counters *counters);
+
+/* The library's Go runtime in the calling process, at the moment of the call.
+ * Fields are only ever appended (at the expense of reserved). */
+struct giw_runtime {
+	uint64_t goroutines; /* live goroutines (engine, CM, event delivery, idle runtime ones) */
+	uint64_t heap_live_bytes; /* heap bytes in objects, reachable or not yet swept */
+	uint64_t mapped_bytes; /* all memory the runtime has mapped (heap, stacks, metadata) */
+	uint64_t reserved[5];
+};
+
+/* giw_query_runtime -- fill *rt. Needs no context (the first call starts the
+ * library like any other). EINVAL for NULL. */
+int giw_query_runtime(struct giw_runtime *rt);
 
 #ifdef __cplusplus
 }

@@ -301,3 +301,31 @@ func TestStateErrors(t *testing.T) {
 	assert.ErrorIs(t, id.Bind(loopback()), unix.EINVAL)
 	id.Destroy()
 }
+
+// The port reserved at resolve time stays reserved while the engine dials
+// from it (with a socket of its own): released earlier, another id's
+// resolve could take it and collide with this connection. It is released
+// once the engine reports.
+func TestSourcePortHeldUntilDialReports(t *testing.T) {
+	ch, err := NewChannel()
+	require.NoError(t, err)
+	defer ch.Close()
+	eng := &fakeEngine{}
+	id := activeID(t, ch, eng)
+	src, _, _ := id.Addrs()
+	require.NotZero(t, src.Port)
+	bindable := func() bool {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		require.NoError(t, err)
+		defer unix.Close(fd)
+		return unix.Bind(fd, &unix.SockaddrInet4{Port: src.Port, Addr: [4]byte{127, 0, 0, 1}}) == nil
+	}
+	require.NoError(t, id.Connect(&verbs.QP{}, provider.ConnParams{}))
+	assert.False(t, bindable(), "port %d released while the engine dials", src.Port)
+	eng.conns[0](provider.Event{Type: provider.Unreachable})
+	e := waitEvent(t, ch)
+	require.Equal(t, EventUnreachable, e.Type)
+	e.Owner().Ack()
+	assert.True(t, bindable(), "port %d still held after the dial reported", src.Port)
+	id.Destroy()
+}
