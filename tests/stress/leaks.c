@@ -26,6 +26,8 @@
  *
  * Ports: the first free ones from PORT (default 34000) on, and from
  * PORT + 200 for conn_refused.
+ * Run with GOIWARP_CONNECT_RETRY=0 (ctest does): conn_refused times the
+ * refusal itself, which the library otherwise retries for a second.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
