@@ -2,7 +2,7 @@
  * Writes, Reads and Sends with checked payloads, for a bounded time.
  *
  *   load [-n CONNS] [-t SECONDS] [-p PORT]      (defaults 1000, 25, 34500;
- *                                               ctest runs -t 20)
+ *                                               ctest runs -t 30)
  *
  * This process is the client; it posix_spawns itself as the server
  * ("load srv PORT FD") and talks to it over a socketpair. Per connection
