@@ -7,29 +7,83 @@ import "C"
 
 import (
 	"errors"
-	"runtime/cgo"
+	"sync"
+	"sync/atomic"
 
 	"github.com/goiwarp/goiwarp/verbs"
 	"golang.org/x/sys/unix"
 )
 
+// Handles name Go objects to C: an index into a table whose lookup is two
+// atomic loads. (runtime/cgo.Handle hashes into a concurrent map on every
+// Value: a tenth of the Go time of a server polling an empty CQ went there.)
+// Index 0 is never used: 0 is the C side's "none". Freed indices are reused.
+type handleSlot struct{ v atomic.Pointer[any] }
+
+var handles struct {
+	mu    sync.Mutex
+	slots atomic.Pointer[[]*handleSlot] // grows by copy; slots never move
+	free  []uintptr
+}
+
 func newHandle(v any) C.uintptr_t {
-	return C.uintptr_t(cgo.NewHandle(v))
+	handles.mu.Lock()
+	defer handles.mu.Unlock()
+	var h uintptr
+	if n := len(handles.free); n > 0 {
+		h = handles.free[n-1]
+		handles.free = handles.free[:n-1]
+	} else {
+		old := handles.slots.Load()
+		var cur []*handleSlot
+		if old != nil {
+			cur = *old
+		} else {
+			cur = []*handleSlot{nil} // index 0
+		}
+		h = uintptr(len(cur))
+		grown := append(cur, &handleSlot{})
+		handles.slots.Store(&grown)
+	}
+	(*handles.slots.Load())[h].v.Store(&v)
+	return C.uintptr_t(h)
 }
 
 func deleteHandle(h C.uintptr_t) {
-	if h != 0 {
-		cgo.Handle(h).Delete()
+	if h == 0 {
+		return
+	}
+	handles.mu.Lock()
+	defer handles.mu.Unlock()
+	if s := slotOf(h); s != nil && s.v.Swap(nil) != nil {
+		handles.free = append(handles.free, uintptr(h))
 	}
 }
 
-// handleValue returns the Go object behind a handle, the zero T for 0.
+func slotOf(h C.uintptr_t) *handleSlot {
+	p := handles.slots.Load()
+	if p == nil || uintptr(h) >= uintptr(len(*p)) {
+		return nil
+	}
+	return (*p)[h]
+}
+
+// handleValue returns the Go object behind a handle, the zero T for 0 or a
+// handle that names nothing (deleted, or not one of ours).
 func handleValue[T any](h C.uintptr_t) T {
 	var zero T
 	if h == 0 {
 		return zero
 	}
-	v, _ := cgo.Handle(h).Value().(T)
+	s := slotOf(h)
+	if s == nil {
+		return zero
+	}
+	p := s.v.Load()
+	if p == nil {
+		return zero
+	}
+	v, _ := (*p).(T)
 	return v
 }
 
