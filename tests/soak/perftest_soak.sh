@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# perftest_soak.sh [-r RUNS] [-l LIB] [-o LOGDIR] [-m REGEX]
+# perftest_soak.sh [-r RUNS] [-l LIB] [-o LOGDIR] [-m REGEX] [-p PORTS]
 #
 # Runs every perftest pair -- ib_{write,read,send}_{bw,lat}, ib_atomic_bw,
 # ib_atomic_lat -- through LD_PRELOAD=LIB over 127.0.0.1, in duration mode
@@ -12,20 +12,24 @@
 # Prints one line per combination and ends with "N passed, M failed";
 # exits 1 if any run failed. Logs of failed runs stay in LOGDIR.
 # -m keeps only the combinations whose label matches the extended REGEX.
+# -p FIRST-LAST: the port range (default 26000-26999), so that two soaks
+# can run side by side, e.g. -m 'new API' -p 26000-26499 and -m 'old API'
+# -p 26500-26999.
 #
 # CI runs the short pass (-r 1, ctest perftest_soak); the full soak is
 #   bash tests/soak/perftest_soak.sh            # 80 combinations x 20 runs
-# Ports come from 26000-26999; only the processes this script starts are killed.
+# Only the processes this script starts are killed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-RUNS=20 LIB=$here/_build/libgoiwarp.so LOGS= MATCH=
-while getopts "r:l:o:m:" o; do
+RUNS=20 LIB=$here/_build/libgoiwarp.so LOGS= MATCH= PORTS=26000-26999
+while getopts "r:l:o:m:p:" o; do
 	case $o in
 	r) RUNS=$OPTARG ;;
 	l) LIB=$OPTARG ;;
 	o) LOGS=$OPTARG ;;
 	m) MATCH=$OPTARG ;;
-	*) sed -n 2,19p "$0"; exit 2 ;;
+	p) PORTS=$OPTARG ;;
+	*) sed -n 2,22p "$0"; exit 2 ;;
 	esac
 done
 LIB=$(cd "$(dirname "$LIB")" && pwd)/$(basename "$LIB")
@@ -39,8 +43,10 @@ LIMIT=60
 server=
 trap '[[ -n $server ]] && kill -- -"$server" 2>/dev/null' EXIT
 
-port=$((26000 + RANDOM % 900))
-next_port() { port=$((port + 1)); ((port > 26999)) && port=26000; }
+pfirst=${PORTS%-*} plast=${PORTS#*-}
+[[ $pfirst =~ ^[0-9]+$ && $plast =~ ^[0-9]+$ && $pfirst -lt $plast ]] || { echo "FAIL: -p $PORTS: want FIRST-LAST"; exit 2; }
+port=$((pfirst + RANDOM % (plast - pfirst)))
+next_port() { port=$((port + 1)); ((port > plast)) && port=$pfirst; }
 
 # listening PORT: whether something listens on 127.0.0.1/0.0.0.0:PORT.
 listening() {
