@@ -1,6 +1,8 @@
 /* Shared by the C tests (tests/CMakeLists.txt puts tests/common on the
- * include path): CHECK (counts a failure, goes on), REQUIRE (exits 1) and
- * open_lo (opens the giw_lo device or exits). Header-only.
+ * include path): CHECK (counts a failure, goes on), REQUIRE (exits 1),
+ * open_lo (opens the giw_lo device or exits), and the process figures the
+ * stress tests read (giw_now, giw_count_dir, giw_rss_kb). Header-only.
+ * giw_cm.h has the rdma_cm helpers.
  *
  * A test that runs several roles (parent/child, cli/srv) defines
  * GIW_TEST_ROLE before including this to an expression naming the role; its
@@ -8,10 +10,12 @@
 #ifndef GIW_TEST_H
 #define GIW_TEST_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <infiniband/verbs.h>
 
@@ -63,6 +67,44 @@ static inline struct ibv_context *open_lo(void)
 	ibv_free_device_list(l);
 	REQUIRE(ctx != NULL);
 	return ctx;
+}
+
+/* Seconds on the monotonic clock. */
+static inline double giw_now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Entries of a /proc directory (fds, tasks), "." and ".." not counted. */
+static inline long giw_count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	long n = 0;
+
+	REQUIRE(d != NULL);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* VmRSS of this process in kB. */
+static inline long giw_rss_kb(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long v = -1;
+
+	REQUIRE(f != NULL);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &v) == 1)
+			break;
+	fclose(f);
+	return v;
 }
 
 #endif

@@ -71,13 +71,6 @@ struct res {
 	char *buf; /* [0, 4096): send/recv area; [4096, BUF_LEN): RDMA target */
 };
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void setup(struct res *r)
 {
 	struct ibv_qp_init_attr ia;
@@ -144,11 +137,11 @@ static void post_send(struct res *r, const char *msg)
 static struct ibv_wc wait_wc(struct ibv_cq *cq)
 {
 	struct ibv_wc wc;
-	double end = now() + 15;
+	double end = giw_now() + 15;
 	int n;
 
 	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0) {
-		REQUIRE(now() < end);
+		REQUIRE(giw_now() < end);
 		usleep(100);
 	}
 	REQUIRE(n == 1);
@@ -204,10 +197,10 @@ static int qp_state(struct ibv_qp *qp)
 
 static void wait_err(struct res *r)
 {
-	double end = now() + 15;
+	double end = giw_now() + 15;
 
 	while (qp_state(r->qp) != IBV_QPS_ERR) {
-		REQUIRE(now() < end);
+		REQUIRE(giw_now() < end);
 		usleep(1000);
 	}
 }
@@ -217,13 +210,13 @@ static void wait_err(struct res *r)
 static void wait_inactive(struct res *r, const struct giw_counters *c0)
 {
 	struct giw_counters c;
-	double end = now() + 10;
+	double end = giw_now() + 10;
 
 	for (;;) {
 		REQUIRE(giw_query_counters(r->ctx, &c) == 0);
 		if (c.active_connections == c0->active_connections)
 			break;
-		REQUIRE(now() < end);
+		REQUIRE(giw_now() < end);
 		usleep(1000);
 	}
 	CHECK(c.connections == c0->connections + 1);
@@ -582,9 +575,9 @@ static void check_failures(void)
 
 	/* The peer never answers the MPA request. */
 	tcp_pair(sv);
-	t0 = now();
+	t0 = giw_now();
 	CHECK(giw_qp_attach_socket(r.qp, sv[0], 1, NULL, NULL, 300) == ETIMEDOUT);
-	CHECK(now() - t0 < 3);
+	CHECK(giw_now() - t0 < 3);
 	CHECK(fcntl(sv[0], F_GETFD) >= 0);
 	close(sv[0]);
 	close(sv[1]);

@@ -32,6 +32,7 @@
 #include <rdma/rdma_verbs.h>
 
 #include "giw_test.h"
+#include "giw_cm.h"
 
 #define REGION (64 << 10)
 #define ALL_ACCESS                                                                          \
@@ -53,33 +54,11 @@ struct pair {
 	struct side c, s;
 };
 
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 static uint8_t *map_region(void)
 {
 	void *p = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	REQUIRE(p != MAP_FAILED);
 	return p;
-}
-
-static struct rdma_cm_event *expect_cm(struct side *sd, enum rdma_cm_event_type t)
-{
-	struct pollfd p = {.fd = sd->ch->fd, .events = POLLIN};
-	struct rdma_cm_event *ev;
-
-	REQUIRE(poll(&p, 1, 10000) == 1);
-	REQUIRE(rdma_get_cm_event(sd->ch, &ev) == 0);
-	if (ev->event != t) {
-		fprintf(stderr, "got %s (status %d), want %s\n", rdma_event_str(ev->event), ev->status,
-			rdma_event_str(t));
-		exit(1);
-	}
-	return ev;
 }
 
 static void setup(struct side *sd, struct rdma_cm_id *id)
@@ -117,18 +96,18 @@ static void connect_pair(struct pair *p)
 	REQUIRE(port < 31500);
 	REQUIRE(rdma_create_id(p->c.ch, &p->c.id, NULL, RDMA_PS_TCP) == 0);
 	REQUIRE(rdma_resolve_addr(p->c.id, NULL, (struct sockaddr *)&sa, 2000) == 0);
-	rdma_ack_cm_event(expect_cm(&p->c, RDMA_CM_EVENT_ADDR_RESOLVED));
+	rdma_ack_cm_event(giw_expect_cm(p->c.ch, RDMA_CM_EVENT_ADDR_RESOLVED, 10000));
 	REQUIRE(rdma_resolve_route(p->c.id, 2000) == 0);
-	rdma_ack_cm_event(expect_cm(&p->c, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	rdma_ack_cm_event(giw_expect_cm(p->c.ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 10000));
 	setup(&p->c, p->c.id);
 	REQUIRE(rdma_connect(p->c.id, &cp) == 0);
-	ev = expect_cm(&p->s, RDMA_CM_EVENT_CONNECT_REQUEST);
+	ev = giw_expect_cm(p->s.ch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000);
 	struct rdma_cm_id *sid = ev->id;
 	rdma_ack_cm_event(ev);
 	setup(&p->s, sid);
 	REQUIRE(rdma_accept(sid, &cp) == 0);
-	rdma_ack_cm_event(expect_cm(&p->c, RDMA_CM_EVENT_ESTABLISHED));
-	rdma_ack_cm_event(expect_cm(&p->s, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(giw_expect_cm(p->c.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
+	rdma_ack_cm_event(giw_expect_cm(p->s.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
 }
 
 static void post_recv(struct side *sd, uint64_t wrid, void *a, uint32_t n, uint32_t lkey)
@@ -160,9 +139,9 @@ static void post(struct side *sd, uint64_t wrid, enum ibv_wr_opcode op, void *a,
 static struct ibv_wc poll1(struct side *sd)
 {
 	struct ibv_wc wc;
-	double end = now() + 10;
+	double end = giw_now() + 10;
 
-	while (now() < end) {
+	while (giw_now() < end) {
 		int n = ibv_poll_cq(sd->cq, 1, &wc);
 		REQUIRE(n >= 0);
 		if (n == 1)
@@ -387,8 +366,8 @@ static int test_fault(const char *cs, const char *how)
 	CHECK(wait_async(ctx, a.c.qp, IBV_EVENT_QP_FATAL)); /* local error, or the Terminate */
 	if (remote || !strcmp(cs, "local_read"))
 		CHECK(wait_async(ctx, a.s.qp, IBV_EVENT_QP_FATAL)); /* its error, or the Terminate */
-	rdma_ack_cm_event(expect_cm(&a.c, RDMA_CM_EVENT_DISCONNECTED));
-	rdma_ack_cm_event(expect_cm(&a.s, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(giw_expect_cm(a.c.ch, RDMA_CM_EVENT_DISCONNECTED, 10000));
+	rdma_ack_cm_event(giw_expect_cm(a.s.ch, RDMA_CM_EVENT_DISCONNECTED, 10000));
 	CHECK(qp_state(a.c.qp) == IBV_QPS_ERR);
 	CHECK(qp_state(a.s.qp) == IBV_QPS_ERR);
 	expect_wc(&a.c, 50, IBV_WC_WR_FLUSH_ERR, IBV_WC_WR_FLUSH_ERR);
@@ -430,8 +409,8 @@ static int test_guard(const char *cs)
 	struct ibv_context *ctx = a.c.id->verbs;
 	CHECK(wait_async(ctx, a.s.qp, IBV_EVENT_QP_ACCESS_ERR));
 	CHECK(wait_async(ctx, a.c.qp, IBV_EVENT_QP_ACCESS_ERR));
-	rdma_ack_cm_event(expect_cm(&a.c, RDMA_CM_EVENT_DISCONNECTED));
-	rdma_ack_cm_event(expect_cm(&a.s, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(giw_expect_cm(a.c.ch, RDMA_CM_EVENT_DISCONNECTED, 10000));
+	rdma_ack_cm_event(giw_expect_cm(a.s.ch, RDMA_CM_EVENT_DISCONNECTED, 10000));
 	for (int i = 0; i < REGION; i++)
 		if (p[i] != 0xa5) {
 			CHECK(!"the region was written");

@@ -24,34 +24,7 @@
 #include <rdma/rdma_verbs.h>
 
 #include "giw_test.h"
-
-static double now_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-/* Bounded wait for one event of type t on ch. */
-static struct rdma_cm_event *expect_within(struct rdma_event_channel *ch, enum rdma_cm_event_type t,
-					   int ms)
-{
-	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
-	struct rdma_cm_event *e;
-
-	if (poll(&p, 1, ms) != 1) {
-		fprintf(stderr, "no %s within %d ms\n", rdma_event_str(t), ms);
-		exit(1);
-	}
-	REQUIRE(rdma_get_cm_event(ch, &e) == 0);
-	if (e->event != t) {
-		fprintf(stderr, "got %s (status %d), want %s\n", rdma_event_str(e->event), e->status,
-			rdma_event_str(t));
-		exit(1);
-	}
-	return e;
-}
+#include "giw_cm.h"
 
 static void sin_of(int port, struct sockaddr_in *sa)
 {
@@ -96,9 +69,9 @@ static struct rdma_cm_id *resolve_sync(struct rdma_event_channel *ch, int port)
 	sin_of(port, &sa);
 	REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
 	REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sa, 2000) == 0);
-	rdma_ack_cm_event(expect_within(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 5000));
+	rdma_ack_cm_event(giw_expect_cm(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 5000));
 	REQUIRE(rdma_resolve_route(id, 2000) == 0);
-	rdma_ack_cm_event(expect_within(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 5000));
+	rdma_ack_cm_event(giw_expect_cm(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 5000));
 	return id;
 }
 
@@ -124,10 +97,10 @@ static int t_mpa_timeout(void)
 	REQUIRE(listen(s, 4) == 0); /* the kernel completes the handshake; nobody ever answers */
 	id = resolve_sync(ch, port);
 	make_qp(id);
-	t0 = now_ms();
+	t0 = (giw_now() * 1e3);
 	REQUIRE(rdma_connect(id, NULL) == 0);
-	e = expect_within(ch, RDMA_CM_EVENT_UNREACHABLE, 5000);
-	dt = now_ms() - t0;
+	e = giw_expect_cm(ch, RDMA_CM_EVENT_UNREACHABLE, 5000);
+	dt = (giw_now() * 1e3) - t0;
 	fprintf(stderr, "UNREACHABLE after %.0f ms, status %d\n", dt, e->status);
 	REQUIRE(e->status < 0);
 	REQUIRE(dt >= 300 && dt < 3000);
@@ -148,7 +121,7 @@ static int t_many(void)
 	struct rdma_cm_id *lid, *cli[NCONN], *srv[NCONN];
 	struct sockaddr_in sa;
 	int port, nsrv = 0, cli_est = 0, srv_est = 0, cli_disc = 0, srv_disc = 0;
-	double deadline = now_ms() + 60000;
+	double deadline = (giw_now() * 1e3) + 60000;
 
 	REQUIRE(ch);
 	REQUIRE(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
@@ -164,7 +137,7 @@ static int t_many(void)
 		int r = poll(&p, 1, 1000);
 
 		REQUIRE(r >= 0);
-		if (now_ms() > deadline) {
+		if ((giw_now() * 1e3) > deadline) {
 			fprintf(stderr, "timeout: %d client and %d server ESTABLISHED\n", cli_est, srv_est);
 			return 1;
 		}
@@ -209,7 +182,7 @@ static int t_many(void)
 		struct rdma_cm_event *e;
 
 		REQUIRE(poll(&p, 1, 1000) >= 0);
-		if (now_ms() > deadline) {
+		if ((giw_now() * 1e3) > deadline) {
 			fprintf(stderr, "timeout: %d client and %d server DISCONNECTED\n", cli_disc, srv_disc);
 			return 1;
 		}
@@ -232,6 +205,25 @@ static int t_many(void)
 	REQUIRE(rdma_destroy_id(lid) == 0);
 	rdma_destroy_event_channel(ch);
 	return 0;
+}
+
+/* Connects a client id on cch to the listener on port (events on sch), each
+ * side with a QP; returns once both are established. */
+static void connect_pair(struct rdma_event_channel *cch, struct rdma_event_channel *sch, int port,
+			 struct rdma_cm_id **cid, struct rdma_cm_id **sid)
+{
+	struct rdma_cm_event *e;
+
+	*cid = resolve_sync(cch, port);
+	make_qp(*cid);
+	REQUIRE(rdma_connect(*cid, NULL) == 0);
+	e = giw_expect_cm(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 5000);
+	*sid = e->id;
+	rdma_ack_cm_event(e);
+	make_qp(*sid);
+	REQUIRE(rdma_accept(*sid, NULL) == 0);
+	rdma_ack_cm_event(giw_expect_cm(cch, RDMA_CM_EVENT_ESTABLISHED, 5000));
+	rdma_ack_cm_event(giw_expect_cm(sch, RDMA_CM_EVENT_ESTABLISHED, 5000));
 }
 
 static pthread_barrier_t disc_bar;
@@ -261,16 +253,7 @@ static int t_disc_both(void)
 		pthread_t ta, tb;
 		int port = listen_range(sch, 24140, 4, NULL, &lid);
 
-		cid = resolve_sync(cch, port);
-		make_qp(cid);
-		REQUIRE(rdma_connect(cid, NULL) == 0);
-		e = expect_within(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 5000);
-		sid = e->id;
-		rdma_ack_cm_event(e);
-		make_qp(sid);
-		REQUIRE(rdma_accept(sid, NULL) == 0);
-		rdma_ack_cm_event(expect_within(cch, RDMA_CM_EVENT_ESTABLISHED, 5000));
-		rdma_ack_cm_event(expect_within(sch, RDMA_CM_EVENT_ESTABLISHED, 5000));
+		connect_pair(cch, sch, port, &cid, &sid);
 
 		pthread_barrier_init(&disc_bar, NULL, 2);
 		a = (struct disc_arg){.id = cid};
@@ -285,10 +268,10 @@ static int t_disc_both(void)
 				a.rc, strerror(a.err), b.rc, strerror(b.err));
 			return 1;
 		}
-		e = expect_within(cch, RDMA_CM_EVENT_DISCONNECTED, 10000);
+		e = giw_expect_cm(cch, RDMA_CM_EVENT_DISCONNECTED, 10000);
 		REQUIRE(e->status == 0);
 		rdma_ack_cm_event(e);
-		e = expect_within(sch, RDMA_CM_EVENT_DISCONNECTED, 10000);
+		e = giw_expect_cm(sch, RDMA_CM_EVENT_DISCONNECTED, 10000);
 		REQUIRE(e->status == 0);
 		rdma_ack_cm_event(e);
 		/* exactly one DISCONNECTED each */
@@ -363,27 +346,18 @@ static int t_reader_teardown(void)
 
 		REQUIRE(r);
 		r->ch = cch;
-		cid = resolve_sync(cch, port);
-		make_qp(cid);
-		REQUIRE(rdma_connect(cid, NULL) == 0);
-		e = expect_within(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 5000);
-		sid = e->id;
-		rdma_ack_cm_event(e);
-		make_qp(sid);
-		REQUIRE(rdma_accept(sid, NULL) == 0);
-		rdma_ack_cm_event(expect_within(cch, RDMA_CM_EVENT_ESTABLISHED, 5000));
-		rdma_ack_cm_event(expect_within(sch, RDMA_CM_EVENT_ESTABLISHED, 5000));
+		connect_pair(cch, sch, port, &cid, &sid);
 		REQUIRE(pthread_create(&t, NULL, cm_reader, r) == 0);
 		REQUIRE(pthread_detach(t) == 0);
-		for (double end = now_ms() + 5000; !__atomic_load_n(&r->tid, __ATOMIC_ACQUIRE) ||
+		for (double end = giw_now() * 1e3 + 5000; !__atomic_load_n(&r->tid, __ATOMIC_ACQUIRE) ||
 						   !blocked_in_read(r->tid);)
-			REQUIRE(now_ms() < end); /* the reader waits in rdma_get_cm_event */
+			REQUIRE((giw_now() * 1e3) < end); /* the reader waits in rdma_get_cm_event */
 		/* rping's client teardown: its CM thread still reads the channel. */
 		REQUIRE(rdma_disconnect(cid) == 0);
 		rdma_destroy_qp(cid);
 		REQUIRE(rdma_destroy_id(cid) == 0);
 		rdma_destroy_event_channel(cch);
-		rdma_ack_cm_event(expect_within(sch, RDMA_CM_EVENT_DISCONNECTED, 10000));
+		rdma_ack_cm_event(giw_expect_cm(sch, RDMA_CM_EVENT_DISCONNECTED, 10000));
 		rdma_destroy_qp(sid);
 		REQUIRE(rdma_destroy_id(sid) == 0);
 	}

@@ -16,19 +16,7 @@
 #include <rdma/rdma_verbs.h>
 
 #include "giw_test.h"
-
-static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_event_type t)
-{
-	struct rdma_cm_event *e;
-
-	REQUIRE(rdma_get_cm_event(ch, &e) == 0);
-	if (e->event != t) {
-		fprintf(stderr, "got %s (status %d), want %s\n", rdma_event_str(e->event), e->status,
-			rdma_event_str(t));
-		exit(1);
-	}
-	return e;
-}
+#include "giw_cm.h"
 
 static void addr_of(const char *host, int port, struct sockaddr_storage *ss)
 {
@@ -71,9 +59,9 @@ static struct rdma_cm_id *resolve(struct rdma_event_channel *ch, const char *hos
 	addr_of(host, port, &ss);
 	REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
 	REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, 2000) == 0);
-	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	rdma_ack_cm_event(giw_expect_cm(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 10000));
 	REQUIRE(rdma_resolve_route(id, 2000) == 0);
-	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	rdma_ack_cm_event(giw_expect_cm(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 10000));
 	REQUIRE(id->verbs != NULL && id->pd != NULL && rdma_get_src_port(id) != 0);
 	return id;
 }
@@ -111,7 +99,7 @@ static int t_conn(const char *host, int n, int reject)
 	REQUIRE(rdma_connect(cid, &cp) == -1 && errno == EINVAL);
 	cp.responder_resources = 1;
 	REQUIRE(rdma_connect(cid, &cp) == 0);
-	e = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	e = giw_expect_cm(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000);
 	REQUIRE(e->listen_id == lid && e->param.conn.private_data_len == n);
 	REQUIRE(n == 0 || memcmp(e->param.conn.private_data, req, n) == 0);
 	REQUIRE(e->param.conn.responder_resources == 1 && e->param.conn.initiator_depth == 1);
@@ -120,7 +108,7 @@ static int t_conn(const char *host, int n, int reject)
 	rdma_ack_cm_event(e);
 	if (reject) {
 		REQUIRE(rdma_reject(sid, rep, n) == 0);
-		e = expect(cch, RDMA_CM_EVENT_REJECTED);
+		e = giw_expect_cm(cch, RDMA_CM_EVENT_REJECTED, 10000);
 		REQUIRE(e->status == -ECONNREFUSED && e->param.conn.private_data_len == n);
 		REQUIRE(n == 0 || memcmp(e->param.conn.private_data, rep, n) == 0);
 		rdma_ack_cm_event(e);
@@ -129,7 +117,7 @@ static int t_conn(const char *host, int n, int reject)
 	make_qp(sid);
 	cp.private_data = rep;
 	REQUIRE(rdma_accept(sid, &cp) == 0);
-	e = expect(cch, RDMA_CM_EVENT_ESTABLISHED);
+	e = giw_expect_cm(cch, RDMA_CM_EVENT_ESTABLISHED, 10000);
 	REQUIRE(e->param.conn.private_data_len == n);
 	REQUIRE(n == 0 || memcmp(e->param.conn.private_data, rep, n) == 0);
 	rdma_ack_cm_event(e);
@@ -141,12 +129,12 @@ static int t_conn(const char *host, int n, int reject)
 					 .send_flags = IBV_SEND_SIGNALED}, *bad;
 		wr.wr.rdma.rkey = 0;
 		REQUIRE(ibv_post_send(cid->qp, &wr, &bad) == 0);
-		rdma_ack_cm_event(expect(sch, RDMA_CM_EVENT_ESTABLISHED));
+		rdma_ack_cm_event(giw_expect_cm(sch, RDMA_CM_EVENT_ESTABLISHED, 10000));
 		REQUIRE(ibv_dereg_mr(mr) == 0);
 	}
 	REQUIRE(rdma_disconnect(cid) == 0);
-	rdma_ack_cm_event(expect(cch, RDMA_CM_EVENT_DISCONNECTED));
-	rdma_ack_cm_event(expect(sch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(giw_expect_cm(cch, RDMA_CM_EVENT_DISCONNECTED, 10000));
+	rdma_ack_cm_event(giw_expect_cm(sch, RDMA_CM_EVENT_DISCONNECTED, 10000));
 	REQUIRE(rdma_disconnect(cid) == 0); /* idempotent */
 	REQUIRE(rdma_disconnect(sid) == 0); /* peer already closed */
 	rdma_destroy_qp(sid);
@@ -172,7 +160,7 @@ static int t_nobody(void)
 	cid = resolve(ch, "127.0.0.1", port);
 	make_qp(cid);
 	REQUIRE(rdma_connect(cid, NULL) == 0);
-	e = expect(ch, RDMA_CM_EVENT_REJECTED);
+	e = giw_expect_cm(ch, RDMA_CM_EVENT_REJECTED, 10000);
 	REQUIRE(e->status == -ECONNREFUSED);
 	rdma_ack_cm_event(e);
 	rdma_destroy_qp(cid);
@@ -245,7 +233,7 @@ static int t_migrate(void)
 	/* The event is queued on a (not read): it moves with the id. */
 	REQUIRE(poll(&(struct pollfd){.fd = a->fd, .events = POLLIN}, 1, 5000) == 1);
 	REQUIRE(rdma_migrate_id(id, b) == 0 && id->channel == b);
-	rdma_ack_cm_event(expect(b, RDMA_CM_EVENT_ADDR_RESOLVED));
+	rdma_ack_cm_event(giw_expect_cm(b, RDMA_CM_EVENT_ADDR_RESOLVED, 10000));
 	REQUIRE(rdma_migrate_id(id, NULL) == 0); /* to synchronous mode */
 	REQUIRE(rdma_resolve_route(id, 1000) == 0);
 	rdma_destroy_id(id);
@@ -276,7 +264,7 @@ static int t_destroy_unacked(void)
 	addr_of("127.0.0.1", 4791, &ss);
 	REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
 	REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, 1000) == 0);
-	held = expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+	held = giw_expect_cm(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 10000);
 	pthread_create(&th, NULL, ack_later, NULL);
 	REQUIRE(rdma_destroy_id(id) == 0);
 	REQUIRE(atomic_load(&acked)); /* returned only after the ack */

@@ -41,6 +41,7 @@
 static __thread const char *role = "main";
 #define GIW_TEST_ROLE role
 #include "giw_test.h"
+#include "giw_cm.h"
 
 extern char **environ;
 
@@ -72,13 +73,6 @@ static void install_handlers(void)
 		REQUIRE(sigaction(acked[i], &sa, NULL) == 0);
 }
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* ---- one side of a connection ------------------------------------------ */
 struct ep {
 	struct rdma_event_channel *ch;
@@ -94,24 +88,6 @@ struct ep {
 	volatile int tid_ready;
 	uint64_t msgs; /* sends completed (client) or received in order (server) */
 };
-
-static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_event_type t)
-{
-	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
-	struct rdma_cm_event *ev;
-	int r;
-
-	while ((r = poll(&p, 1, 10000)) < 0 && errno == EINTR)
-		;
-	REQUIRE(r == 1);
-	REQUIRE(rdma_get_cm_event(ch, &ev) == 0);
-	if (ev->event != t) {
-		fprintf(stderr, "[%s] got %s (status %d), want %s\n", role, rdma_event_str(ev->event),
-			ev->status, rdma_event_str(t));
-		exit(1);
-	}
-	return ev;
-}
 
 static void setup(struct ep *e, struct rdma_cm_id *id)
 {
@@ -149,9 +125,9 @@ static void connect_to(struct ep *c, uint16_t port)
 	REQUIRE((c->ch = rdma_create_event_channel()));
 	REQUIRE(rdma_create_id(c->ch, &c->id, NULL, RDMA_PS_TCP) == 0);
 	REQUIRE(rdma_resolve_addr(c->id, NULL, (struct sockaddr *)&sa, 2000) == 0);
-	rdma_ack_cm_event(expect(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	rdma_ack_cm_event(giw_expect_cm(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, 10000));
 	REQUIRE(rdma_resolve_route(c->id, 2000) == 0);
-	rdma_ack_cm_event(expect(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	rdma_ack_cm_event(giw_expect_cm(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 10000));
 	setup(c, c->id);
 	REQUIRE(rdma_connect(c->id, &cp) == 0);
 }
@@ -159,7 +135,7 @@ static void connect_to(struct ep *c, uint16_t port)
 static void accept_one(struct ep *s)
 {
 	struct rdma_conn_param cp = {.responder_resources = 1, .initiator_depth = 1};
-	struct rdma_cm_event *ev = expect(s->ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_event *ev = giw_expect_cm(s->ch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000);
 
 	s->id = ev->id;
 	rdma_ack_cm_event(ev);
@@ -271,10 +247,10 @@ static int signal_rounds(int rounds)
 		for (size_t i = 0; i < sizeof acked / sizeof acked[0]; i++) {
 			int sig = acked[i];
 			sig_atomic_t before = counts[sig];
-			double deadline = now() + 2;
+			double deadline = giw_now() + 2;
 
 			REQUIRE(pthread_kill(data_threads[r % 2], sig) == 0);
-			while (counts[sig] == before && now() < deadline)
+			while (counts[sig] == before && giw_now() < deadline)
 				sched_yield();
 			if (counts[sig] == before) {
 				fprintf(stderr, "[main] signal %d not delivered within 2 s\n", sig);
@@ -297,8 +273,8 @@ static int stress(int before, double secs)
 	port = listen_any(&s);
 	connect_to(&c, port);
 	accept_one(&s);
-	rdma_ack_cm_event(expect(s.ch, RDMA_CM_EVENT_ESTABLISHED));
-	rdma_ack_cm_event(expect(c.ch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(giw_expect_cm(s.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
+	rdma_ack_cm_event(giw_expect_cm(c.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
 	c.raddr = (uintptr_t)s.buf;
 	c.rkey = s.mr->rkey;
 	if (!before)
@@ -308,8 +284,8 @@ static int stress(int before, double secs)
 	REQUIRE(pthread_create(&data_threads[0], NULL, server, &s) == 0);
 	REQUIRE(pthread_create(&data_threads[1], NULL, client, &c) == 0);
 	REQUIRE(setitimer(ITIMER_REAL, &it, NULL) == 0);
-	double end = now() + secs;
-	while (now() < end) {
+	double end = giw_now() + secs;
+	while (giw_now() < end) {
 		lost += signal_rounds(1);
 		rounds++;
 	}
@@ -342,7 +318,7 @@ static int peer(int fd)
 	role = "peer";
 	REQUIRE(write(fd, &port, sizeof port) == sizeof port);
 	accept_one(&s);
-	rdma_ack_cm_event(expect(s.ch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(giw_expect_cm(s.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
 	for (int i = 0; i < DEPTH; i++)
 		post_recv(&s, i);
 	uint64_t m[2] = {(uintptr_t)s.buf, s.mr->rkey};
@@ -369,7 +345,7 @@ static int pipe_case(const char *self)
 	close(sv[1]);
 	REQUIRE(read(sv[0], &port, sizeof port) == sizeof port);
 	connect_to(&c, port);
-	rdma_ack_cm_event(expect(c.ch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(giw_expect_cm(c.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
 	REQUIRE(read(sv[0], m, sizeof m) == sizeof m);
 	c.raddr = m[0];
 	c.rkey = (uint32_t)m[1];
@@ -379,8 +355,8 @@ static int pipe_case(const char *self)
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	/* Write into the dead connection until the QP reports it. */
-	double end = now() + 10;
-	for (uint64_t i = 0; errors == 0 && now() < end; i++) {
+	double end = giw_now() + 10;
+	for (uint64_t i = 0; errors == 0 && giw_now() < end; i++) {
 		int r = post_send(&c, IBV_WR_RDMA_WRITE, i, (int)(i % DEPTH), 1);
 		if (r != 0 && r != ENOMEM)
 			break;

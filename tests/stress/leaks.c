@@ -58,52 +58,17 @@ struct figures {
 	long fds, threads, goroutines, rss_kb;
 };
 
-static long count_dir(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	long n = 0;
-
-	REQUIRE(d != NULL);
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
-static long rss_kb(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long v = -1;
-
-	REQUIRE(f != NULL);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &v) == 1)
-			break;
-	fclose(f);
-	return v;
-}
-
 static struct figures sample(void)
 {
 	struct giw_runtime rt;
 	struct figures f;
 
 	REQUIRE(giw_query_runtime(&rt) == 0);
-	f.fds = count_dir("/proc/self/fd") - 1; /* opendir's own */
-	f.threads = count_dir("/proc/self/task");
+	f.fds = giw_count_dir("/proc/self/fd") - 1; /* opendir's own */
+	f.threads = giw_count_dir("/proc/self/task");
 	f.goroutines = (long)rt.goroutines;
-	f.rss_kb = rss_kb();
+	f.rss_kb = giw_rss_kb();
 	return f;
-}
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
 static int within(long base, long after)
@@ -139,10 +104,10 @@ static int all_within(const struct figures *b, const struct figures *a)
  * the lowest seen over 100 ms. */
 static struct figures baseline(void)
 {
-	double end = now() + 0.1;
+	double end = giw_now() + 0.1;
 	struct figures f = sample(), g;
 
-	while (now() < end) {
+	while (giw_now() < end) {
 		struct timespec ms = {0, 1000000};
 		nanosleep(&ms, NULL);
 		g = sample();
@@ -158,10 +123,10 @@ static struct figures baseline(void)
  * are sampled until they are back within bounds, for at most 5 s. */
 static struct figures settle(const struct figures *base)
 {
-	double end = now() + 5;
+	double end = giw_now() + 5;
 	struct figures f = sample();
 
-	while (!all_within(base, &f) && now() < end) {
+	while (!all_within(base, &f) && giw_now() < end) {
 		struct timespec ms = {0, 1000000};
 		nanosleep(&ms, NULL);
 		f = sample();
@@ -182,7 +147,7 @@ static void rss_sample(long cycle)
 	long r;
 	if (cycle % 16)
 		return;
-	r = rss_kb();
+	r = giw_rss_kb();
 	if (r > rss_high)
 		rss_high = r;
 }
@@ -415,13 +380,13 @@ static void side_teardown(struct side *s)
  * completion is written), so it is remembered. */
 static void wait_wc(struct side *s, uint64_t wrid)
 {
-	double end = now() + 10;
+	double end = giw_now() + 10;
 	struct ibv_wc wc;
 	int n;
 
 	while (!(s->done & (1u << wrid))) {
 		while ((n = ibv_poll_cq(s->cq, 1, &wc)) == 0)
-			REQUIRE(now() < end);
+			REQUIRE(giw_now() < end);
 		REQUIRE(n == 1);
 		if (wc.status != IBV_WC_SUCCESS || (wc.wr_id != 1 && wc.wr_id != 2) || (s->done & (1u << wc.wr_id))) {
 			fprintf(stderr, "[%s] wc %llu %s, want %llu\n", role, (unsigned long long)wc.wr_id,
@@ -772,16 +737,16 @@ static int run_case(const struct kase *k, long cycles)
 	}
 	b = baseline();
 	b.rss_kb = b.rss_kb > rss_high ? b.rss_kb : rss_high;
-	t0 = now();
+	t0 = giw_now();
 	if (two)
 		srv_send('m', cycles);
 	for (long i = 0; i < cycles; i++)
 		k->cycle();
 	a = settle(&b);
-	bad = report("", k->name, cycles, now() - t0, &b, &a);
+	bad = report("", k->name, cycles, giw_now() - t0, &b, &a);
 	if (two) {
 		srv_figures(&sa);
-		bad += report("srv ", k->name, cycles, now() - t0, &sb, &sa);
+		bad += report("srv ", k->name, cycles, giw_now() - t0, &sb, &sa);
 		bad += srv_stop();
 	}
 	if (k->conn && !two)

@@ -91,13 +91,6 @@ struct totals {
 };
 
 /* --- helpers ---------------------------------------------------------------- */
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 static uint64_t fnv1a(const uint8_t *p, size_t n, uint64_t seed)
 {
 	uint64_t h = 0xcbf29ce484222325ull ^ seed;
@@ -123,38 +116,13 @@ static uint8_t rbyte(uint32_t conn, uint32_t off)
 	return (uint8_t)((off * 131u + conn * 7u + (off >> 8)) ^ 0x5a);
 }
 
-static long count_dir(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	long n = 0;
-	REQUIRE(d != NULL);
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
-static long rss_kb(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long v = -1;
-	REQUIRE(f != NULL);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &v) == 1)
-			break;
-	fclose(f);
-	return v;
-}
-
 static void print_process(const char *when)
 {
 	struct giw_runtime rt;
 	REQUIRE(giw_query_runtime(&rt) == 0);
 	printf("[%s] %s: fds %ld threads %ld goroutines %llu rss %ld kB go heap %llu kB go mapped %llu kB\n",
-	       role, when, count_dir("/proc/self/fd") - 1, count_dir("/proc/self/task"),
-	       (unsigned long long)rt.goroutines, rss_kb(), (unsigned long long)rt.heap_live_bytes >> 10,
+	       role, when, giw_count_dir("/proc/self/fd") - 1, giw_count_dir("/proc/self/task"),
+	       (unsigned long long)rt.goroutines, giw_rss_kb(), (unsigned long long)rt.heap_live_bytes >> 10,
 	       (unsigned long long)rt.mapped_bytes >> 10);
 	fflush(stdout);
 }
@@ -573,7 +541,7 @@ static double connect_all(uint16_t port)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	double t0 = now(), deadline = t0 + 60 + nconns / 10;
+	double t0 = giw_now(), deadline = t0 + 60 + nconns / 10;
 	int started = 0, up = 0, pending = 0;
 
 	while (up < nconns) {
@@ -586,7 +554,7 @@ static double connect_all(uint16_t port)
 			started++;
 			pending++;
 		}
-		REQUIRE(now() < deadline);
+		REQUIRE(giw_now() < deadline);
 		if (!(ev = get_event(1000)))
 			continue;
 		uint32_t c = (uintptr_t)ev->id->context;
@@ -621,7 +589,7 @@ static double connect_all(uint16_t port)
 		}
 		rdma_ack_cm_event(ev);
 	}
-	return now() - t0;
+	return giw_now() - t0;
 }
 
 int main(int argc, char **argv)
@@ -658,23 +626,23 @@ int main(int argc, char **argv)
 	printf("[cli] %d connections up in %.2f s\n", nconns, t_setup);
 	print_process("all connections up");
 
-	t0 = now();
+	t0 = giw_now();
 	for (int c = 0; c < nconns; c++)
 		for (uint32_t s = 0; s < WIN; s++) {
 			cc[c].sl[s].op = -1;
 			issue(c, s);
 		}
-	while (now() - t0 < secs)
+	while (giw_now() - t0 < secs)
 		client_poll(0);
 	while (inflight > 0) {
-		REQUIRE(now() - t0 < secs + 30);
+		REQUIRE(giw_now() - t0 < secs + 30);
 		client_poll(1);
 	}
-	t_run = now() - t0;
+	t_run = giw_now() - t0;
 
 	REQUIRE(write(srv_fd, &q, 1) == 1);
 	REQUIRE(read(srv_fd, &st, sizeof(st)) == sizeof(st));
-	t0 = now();
+	t0 = giw_now();
 	for (int c = 0; c < nconns; c++)
 		REQUIRE(rdma_disconnect(cc[c].id) == 0);
 	while (down < nconns) {
@@ -688,7 +656,7 @@ int main(int argc, char **argv)
 		rdma_destroy_qp(cc[c].id);
 		REQUIRE(rdma_destroy_id(cc[c].id) == 0);
 	}
-	t_down = now() - t0;
+	t_down = giw_now() - t0;
 	REQUIRE(waitpid(srv_pid, &st_code, 0) == srv_pid);
 	print_process("all connections destroyed");
 

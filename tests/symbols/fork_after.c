@@ -26,6 +26,7 @@
 static const char *role = "parent";
 #define GIW_TEST_ROLE role
 #include "giw_test.h"
+#include "giw_cm.h"
 
 struct ep {
 	struct rdma_event_channel *ch;
@@ -35,20 +36,6 @@ struct ep {
 	struct ibv_mr *mr;
 	char buf[64];
 };
-
-static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_event_type t)
-{
-	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
-	struct rdma_cm_event *ev;
-
-	REQUIRE(poll(&p, 1, 10000) == 1);
-	REQUIRE(rdma_get_cm_event(ch, &ev) == 0);
-	if (ev->event != t) {
-		fprintf(stderr, "[%s] got %s, want %s\n", role, rdma_event_str(ev->event), rdma_event_str(t));
-		exit(1);
-	}
-	return ev;
-}
 
 static void resources(struct ep *e)
 {
@@ -152,18 +139,18 @@ int main(void)
 	sa.sin_port = rdma_get_src_port(lid);
 	REQUIRE(rdma_create_id(c.ch, &c.id, NULL, RDMA_PS_TCP) == 0);
 	REQUIRE(rdma_resolve_addr(c.id, NULL, (struct sockaddr *)&sa, 2000) == 0);
-	rdma_ack_cm_event(expect(c.ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	rdma_ack_cm_event(giw_expect_cm(c.ch, RDMA_CM_EVENT_ADDR_RESOLVED, 10000));
 	REQUIRE(rdma_resolve_route(c.id, 2000) == 0);
-	rdma_ack_cm_event(expect(c.ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	rdma_ack_cm_event(giw_expect_cm(c.ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 10000));
 	resources(&c);
 	REQUIRE(rdma_connect(c.id, &cp) == 0);
-	struct rdma_cm_event *ev = expect(s.ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_event *ev = giw_expect_cm(s.ch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000);
 	s.id = ev->id;
 	rdma_ack_cm_event(ev);
 	resources(&s);
 	REQUIRE(rdma_accept(s.id, &cp) == 0);
-	rdma_ack_cm_event(expect(s.ch, RDMA_CM_EVENT_ESTABLISHED));
-	rdma_ack_cm_event(expect(c.ch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(giw_expect_cm(s.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
+	rdma_ack_cm_event(giw_expect_cm(c.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
 	ping(&c, &s, 0);
 
 	REQUIRE(pipe(go) == 0);
@@ -178,8 +165,8 @@ int main(void)
 	for (int i = 1; i <= 1000; i++)
 		ping(&c, &s, i);
 	REQUIRE(rdma_disconnect(c.id) == 0);
-	rdma_ack_cm_event(expect(c.ch, RDMA_CM_EVENT_DISCONNECTED));
-	rdma_ack_cm_event(expect(s.ch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(giw_expect_cm(c.ch, RDMA_CM_EVENT_DISCONNECTED, 10000));
+	rdma_ack_cm_event(giw_expect_cm(s.ch, RDMA_CM_EVENT_DISCONNECTED, 10000));
 	printf("[parent] 1000 messages and a disconnect with the child alive\n");
 	CHECK(write(go[1], "x", 1) == 1);
 	REQUIRE(waitpid(pid, &st, 0) == pid);

@@ -37,6 +37,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "giw_test.h"
+#include "giw_cm.h"
 
 #define DEADLINE_S 15 /* every wait of a case; ctest's timeout is above it */
 
@@ -55,26 +56,6 @@ struct conn {
 	struct rdma_cm_id *lid;
 	struct side srv, cli;
 };
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_event_type t)
-{
-	struct rdma_cm_event *e;
-
-	REQUIRE(rdma_get_cm_event(ch, &e) == 0);
-	if (e->event != t) {
-		fprintf(stderr, "got %s (status %d), want %s\n", rdma_event_str(e->event), e->status,
-			rdma_event_str(t));
-		exit(1);
-	}
-	return e;
-}
 
 /* PD, CQs (the client's send CQ on a completion channel), QP, buffer of n words. */
 static void setup_side(struct side *s, struct rdma_cm_id *id, int cqe, size_t n)
@@ -101,7 +82,7 @@ static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, double until)
 {
 	int n;
 
-	while ((n = ibv_poll_cq(cq, 1, wc)) == 0 && now_s() < until)
+	while ((n = ibv_poll_cq(cq, 1, wc)) == 0 && giw_now() < until)
 		sched_yield();
 	return n;
 }
@@ -128,16 +109,16 @@ static void connect_pair(struct conn *c, int cqe, size_t words)
 	REQUIRE(port < 35200);
 	REQUIRE(rdma_create_id(c->cch, &cid, NULL, RDMA_PS_TCP) == 0);
 	REQUIRE(rdma_resolve_addr(cid, NULL, (struct sockaddr *)&sa, 2000) == 0);
-	rdma_ack_cm_event(expect(c->cch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	rdma_ack_cm_event(giw_expect_cm(c->cch, RDMA_CM_EVENT_ADDR_RESOLVED, 10000));
 	REQUIRE(rdma_resolve_route(cid, 2000) == 0);
-	rdma_ack_cm_event(expect(c->cch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	rdma_ack_cm_event(giw_expect_cm(c->cch, RDMA_CM_EVENT_ROUTE_RESOLVED, 10000));
 	setup_side(&c->cli, cid, cqe, words);
 	REQUIRE(rdma_connect(cid, &cp) == 0);
-	e = expect(c->sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	e = giw_expect_cm(c->sch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000);
 	setup_side(&c->srv, e->id, cqe, words);
 	rdma_ack_cm_event(e);
 	REQUIRE(rdma_accept(c->srv.id, &cp) == 0);
-	rdma_ack_cm_event(expect(c->cch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(giw_expect_cm(c->cch, RDMA_CM_EVENT_ESTABLISHED, 10000));
 
 	struct ibv_send_wr w = {.wr_id = UINT64_MAX, .opcode = IBV_WR_RDMA_WRITE,
 				.send_flags = IBV_SEND_SIGNALED}, *bad;
@@ -145,9 +126,9 @@ static void connect_pair(struct conn *c, int cqe, size_t words)
 	w.wr.rdma.rkey = c->srv.mr->rkey;
 	w.wr.rdma.remote_addr = (uintptr_t)c->srv.buf;
 	REQUIRE(ibv_post_send(c->cli.qp, &w, &bad) == 0);
-	REQUIRE(poll_one(c->cli.scq, &wc, now_s() + DEADLINE_S) == 1);
+	REQUIRE(poll_one(c->cli.scq, &wc, giw_now() + DEADLINE_S) == 1);
 	REQUIRE(wc.status == IBV_WC_SUCCESS && wc.wr_id == UINT64_MAX);
-	rdma_ack_cm_event(expect(c->sch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(giw_expect_cm(c->sch, RDMA_CM_EVENT_ESTABLISHED, 10000));
 }
 
 static void free_side(struct side *s)
@@ -167,8 +148,8 @@ static void close_pair(struct conn *c, int connected)
 {
 	if (connected) {
 		CHECK(rdma_disconnect(c->cli.id) == 0);
-		rdma_ack_cm_event(expect(c->cch, RDMA_CM_EVENT_DISCONNECTED));
-		rdma_ack_cm_event(expect(c->sch, RDMA_CM_EVENT_DISCONNECTED));
+		rdma_ack_cm_event(giw_expect_cm(c->cch, RDMA_CM_EVENT_DISCONNECTED, 10000));
+		rdma_ack_cm_event(giw_expect_cm(c->sch, RDMA_CM_EVENT_DISCONNECTED, 10000));
 	}
 	free_side(&c->cli);
 	free_side(&c->srv);
@@ -213,7 +194,7 @@ static void credit_take(struct credit *c, long n, double until)
 {
 	while (atomic_fetch_add(&c->out, n) + n > c->max) {
 		atomic_fetch_sub(&c->out, n);
-		REQUIRE(now_s() < until);
+		REQUIRE(giw_now() < until);
 		sched_yield();
 	}
 }
@@ -226,7 +207,7 @@ static void post_send_retry(struct ibv_qp *qp, struct ibv_send_wr *wr, double un
 	int e;
 
 	while ((e = ibv_post_send(qp, wr, &bad)) == ENOMEM) {
-		REQUIRE(now_s() < until);
+		REQUIRE(giw_now() < until);
 		wr = bad; /* what was before bad is posted */
 		sched_yield();
 	}
@@ -239,7 +220,7 @@ static void post_recv_retry(struct ibv_qp *qp, struct ibv_recv_wr *wr, double un
 	int e;
 
 	while ((e = ibv_post_recv(qp, wr, &bad)) == ENOMEM) {
-		REQUIRE(now_s() < until);
+		REQUIRE(giw_now() < until);
 		sched_yield();
 	}
 	REQUIRE(e == 0);
@@ -298,7 +279,7 @@ static void *pp_poster(void *arg)
 				int e = ibv_wr_complete(qx);
 				if (e == 0)
 					break;
-				REQUIRE(e == ENOMEM && now_s() < p->until);
+				REQUIRE(e == ENOMEM && giw_now() < p->until);
 				sched_yield();
 			}
 		}
@@ -328,7 +309,7 @@ static void *pp_send_poller(void *arg)
 	struct ibv_wc wc[8];
 
 	while (atomic_load(&p->sent.count) < PP_N) {
-		REQUIRE(now_s() < p->until);
+		REQUIRE(giw_now() < p->until);
 		int n = ibv_poll_cq(p->c.cli.scq, 8, wc);
 		REQUIRE(n >= 0);
 		for (int k = 0; k < n; k++) {
@@ -369,7 +350,7 @@ static void *pp_recv_poller(void *arg)
 	struct ibv_wc wc[8];
 
 	while (atomic_load(&p->recvd.count) < PP_SENDS) {
-		REQUIRE(now_s() < p->until);
+		REQUIRE(giw_now() < p->until);
 		int n = ibv_poll_cq(p->c.srv.rcq, 8, wc);
 		REQUIRE(n >= 0);
 		for (int k = 0; k < n; k++) {
@@ -401,7 +382,7 @@ static int t_post_poll(void)
 	seen_init(&p.recvd, PP_SENDS);
 	seen_init(&p.arrived, PP_SENDS);
 	p.scq.max = p.rcq.max = 512;
-	p.until = now_s() + DEADLINE_S;
+	p.until = giw_now() + DEADLINE_S;
 	for (int t = 0; t < 2; t++)
 		REQUIRE(pthread_create(&rpost[t], NULL, pp_recv_poster, &p) == 0);
 	for (int t = 0; t < 2; t++)
@@ -525,7 +506,7 @@ static int t_cq_event(void)
 	connect_pair(&p.c, 1024, CE_N + 1);
 	seen_init(&p.done, CE_N);
 	p.scq.max = 512;
-	p.until = now_s() + DEADLINE_S;
+	p.until = giw_now() + DEADLINE_S;
 	REQUIRE(pthread_create(&waiter, NULL, ce_waiter, &p) == 0);
 	for (int t = 0; t < CE_POSTERS; t++) {
 		args[t] = (struct ce_arg){&p, t};
@@ -536,7 +517,7 @@ static int t_cq_event(void)
 	/* Once the waiter drained everything the workers left, it is asleep in
 	 * ibv_get_cq_event on an armed CQ: the marker's completion wakes it. */
 	while (atomic_load(&p.done.count) < CE_N) {
-		REQUIRE(now_s() < p.until);
+		REQUIRE(giw_now() < p.until);
 		sched_yield();
 	}
 	struct ibv_send_wr w = {.wr_id = CE_STOP, .opcode = IBV_WR_RDMA_WRITE,
@@ -580,7 +561,7 @@ static void *cm_waiter(void *arg)
 {
 	struct cm *p = arg;
 
-	rdma_ack_cm_event(expect(p->c.cch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(giw_expect_cm(p->c.cch, RDMA_CM_EVENT_DISCONNECTED, 10000));
 	atomic_store(&p->disconnected, 1);
 	return NULL;
 }
@@ -593,7 +574,7 @@ static void *cm_worker(void *arg)
 	struct ibv_wc wc[4];
 
 	while (!atomic_load(&p->disconnected)) {
-		REQUIRE(now_s() < p->until);
+		REQUIRE(giw_now() < p->until);
 		int i = atomic_fetch_add(&p->posted, 1);
 		REQUIRE(i < CM_MAX);
 		struct ibv_sge s = {.addr = (uintptr_t)p->c.cli.buf, .length = 8,
@@ -634,7 +615,7 @@ static void *cm_recv_worker(void *arg)
 	struct ibv_wc wc[4];
 
 	while (!atomic_load(&p->disconnected)) {
-		REQUIRE(now_s() < p->until);
+		REQUIRE(giw_now() < p->until);
 		int i = atomic_fetch_add(&p->rposted, 1);
 		REQUIRE(i < CM_MAX);
 		struct ibv_sge s = {.addr = (uintptr_t)p->c.cli.buf, .length = 8,
@@ -664,18 +645,18 @@ static int t_cm_event(void)
 	seen_init(&p.done, CM_MAX);
 	seen_init(&p.rdone, CM_MAX);
 	p.scq.max = p.rcq.max = 512;
-	p.until = now_s() + DEADLINE_S;
+	p.until = giw_now() + DEADLINE_S;
 	REQUIRE(pthread_create(&waiter, NULL, cm_waiter, &p) == 0);
 	for (int t = 0; t < CM_WORKERS; t++)
 		REQUIRE(pthread_create(&workers[t], NULL, cm_worker, &p) == 0);
 	for (int t = 0; t < 2; t++)
 		REQUIRE(pthread_create(&rworkers[t], NULL, cm_recv_worker, &p) == 0);
 	while (atomic_load(&p.done.count) < 2000) {
-		REQUIRE(now_s() < p.until);
+		REQUIRE(giw_now() < p.until);
 		sched_yield();
 	}
 	CHECK(rdma_disconnect(p.c.srv.id) == 0);
-	rdma_ack_cm_event(expect(p.c.sch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(giw_expect_cm(p.c.sch, RDMA_CM_EVENT_DISCONNECTED, 10000));
 	pthread_join(waiter, NULL);
 	for (int t = 0; t < CM_WORKERS; t++)
 		pthread_join(workers[t], NULL);
@@ -685,7 +666,7 @@ static int t_cm_event(void)
 	int posted = atomic_load(&p.posted), rposted = atomic_load(&p.rposted);
 	while (atomic_load(&p.done.count) < (size_t)posted ||
 	       atomic_load(&p.rdone.count) < (size_t)rposted) {
-		REQUIRE(now_s() < p.until);
+		REQUIRE(giw_now() < p.until);
 		int n = ibv_poll_cq(p.c.cli.scq, 8, wc);
 		REQUIRE(n >= 0);
 		cm_count(&p, wc, n);
@@ -748,7 +729,7 @@ static void *rs_poller(void *arg)
 	struct ibv_wc wc[8];
 
 	while (atomic_load(&p->done.count) < RS_N) {
-		REQUIRE(now_s() < p->until);
+		REQUIRE(giw_now() < p->until);
 		int n = ibv_poll_cq(p->c.cli.scq, 8, wc);
 		REQUIRE(n >= 0);
 		for (int k = 0; k < n; k++) {
@@ -801,7 +782,7 @@ static int t_resize(void)
 	connect_pair(&p.c, 512, 1);
 	seen_init(&p.done, RS_N);
 	p.scq.max = 256;
-	p.until = now_s() + DEADLINE_S;
+	p.until = giw_now() + DEADLINE_S;
 	REQUIRE(fcntl(p.c.cli.cc->fd, F_SETFL, fcntl(p.c.cli.cc->fd, F_GETFL) | O_NONBLOCK) == 0);
 	for (int t = 0; t < 5; t++)
 		REQUIRE(pthread_create(&th[t], NULL, fn[t], &p) == 0);
@@ -825,7 +806,7 @@ static int t_resize(void)
 	REQUIRE(ibv_post_send(p.c.cli.qp, &w, &bad) == 0);
 	CHECK(poll(&pfd, 1, DEADLINE_S * 1000) == 1);
 	CHECK(drain_events(p.c.cli.cc) == 1);
-	CHECK(poll_one(p.c.cli.scq, &wc, now_s() + DEADLINE_S) == 1 && wc.status == IBV_WC_SUCCESS);
+	CHECK(poll_one(p.c.cli.scq, &wc, giw_now() + DEADLINE_S) == 1 && wc.status == IBV_WC_SUCCESS);
 	printf("resize: %d completions polled by 2 threads during %d resizes and %d arms "
 	       "(%d events); an arm survives a resize\n",
 	       RS_N, atomic_load(&p.resizes), atomic_load(&p.arms), events);
@@ -865,7 +846,7 @@ static int t_destroy_qp(void)
 {
 	static struct dq p;
 	pthread_t th[DQ_POLLERS];
-	double until = now_s() + DEADLINE_S;
+	double until = giw_now() + DEADLINE_S;
 
 	connect_pair(&p.c, DQ_N, 1);
 	seen_init(&p.done, DQ_N);
@@ -882,7 +863,7 @@ static int t_destroy_qp(void)
 	}
 	size_t before = atomic_load(&p.done.count);
 	rdma_destroy_qp(p.c.cli.id); /* aborts the connection, work still queued */
-	rdma_ack_cm_event(expect(p.c.sch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(giw_expect_cm(p.c.sch, RDMA_CM_EVENT_DISCONNECTED, 10000));
 	/* Nothing completes into the CQ once the destroy returned: what it holds
 	 * is drained when it is found empty, here or by the pollers. */
 	struct ibv_wc wc[8];
@@ -909,10 +890,10 @@ static double ns_per(int (*fn)(struct ibv_cq *), struct ibv_cq *cq, long n)
 	double best = 1e9;
 
 	for (int round = 0; round < 5; round++) {
-		double t0 = now_s();
+		double t0 = giw_now();
 		for (long i = 0; i < n; i++)
 			REQUIRE(fn(cq) == 0);
-		double ns = (now_s() - t0) * 1e9 / n;
+		double ns = (giw_now() - t0) * 1e9 / n;
 		best = ns < best ? ns : best;
 	}
 	return best;
