@@ -340,7 +340,6 @@ static int t_reader_teardown(void)
 	for (int round = 0; round < 50; round++) {
 		struct rdma_event_channel *cch = rdma_create_event_channel();
 		struct rdma_cm_id *cid, *sid;
-		struct rdma_cm_event *e;
 		struct reader *r = calloc(1, sizeof(*r)); /* the reader outlives the round */
 		pthread_t t;
 
