@@ -9,7 +9,10 @@
 # A run passes when server and client exit 0 within the timeout and the
 # client's table shows non-zero figures (bandwidth tests: BW average and
 # MsgRate; latency tests: t_typical, or t_avg in duration mode).
-# Prints one line per combination and ends with "N passed, M failed";
+# A run whose figures perftest computed after its own CPU-frequency calibration
+# failed (it prints "Correlation coefficient r^2: ... < 0.9" when a busy core
+# preempts it; every rate comes out 0) passes on its exit codes and is counted
+# as a note. Prints one line per combination and ends with "N passed, M failed";
 # exits 1 if any run failed. Logs of failed runs stay in LOGDIR.
 # -m keeps only the combinations whose label matches the extended REGEX.
 # -p FIRST-LAST: the port range (default 26000-26999), so that two soaks
@@ -92,7 +95,13 @@ one() {
 	src=$?
 	server=
 	[[ $crc -eq 0 && $src -eq 0 ]] || bad="client exit $crc, server exit $src (124 = timed out)"
-	[[ -n $bad ]] || bad=$(figures "$kind" "$log.client")
+	if [[ -z $bad ]]; then
+		bad=$(figures "$kind" "$log.client")
+		if [[ -n $bad ]] && grep -q 'Correlation coefficient r^2' "$log.client"; then
+			notes=$((notes + 1)) # perftest could not measure; not goiwarp's failure
+			return 0
+		fi
+	fi
 	[[ -z $bad ]] && return 0
 	local keep=$LOGS/$(tr -c 'A-Za-z0-9_.-' _ <<<"$label").$failed
 	mv "$log.client" "$keep.client"
@@ -102,7 +111,7 @@ one() {
 	return 1
 }
 
-passed=0 failed=0 combos=0
+passed=0 failed=0 combos=0 notes=0
 combo() { # LABEL KIND PROG ARGS...
 	local label=$1 ok=0 bad=0
 	[[ -n $MATCH && ! $label =~ $MATCH ]] && return
@@ -133,5 +142,6 @@ for api in new old; do
 done
 [[ $failed -eq 0 ]] && rm -rf "$LOGS"
 echo "perftest soak: $combos combinations x $RUNS runs through $LIB"
+[[ $notes -eq 0 ]] || echo "note: $notes run(s) passed on exit codes alone: perftest's CPU calibration failed (r^2 < 0.9), its figures are 0"
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
