@@ -182,12 +182,8 @@ func (t *txState) holdBatch() {
 	if t.bufs != nil {
 		return
 	}
-	var b *batchBufs
 	freeBatches.Lock()
-	if n := len(freeBatches.l); n > 0 {
-		b = freeBatches.l[n-1]
-		freeBatches.l = freeBatches.l[:n-1]
-	}
+	b := takeFree(&freeBatches.l)
 	freeBatches.Unlock()
 	if b == nil {
 		b = &batchBufs{arena: make([]byte, batchArena), iov: make([][]byte, 0, batchIOV),
@@ -217,12 +213,8 @@ func (t *txState) releaseBatch() {
 // newResponse returns a Read or Atomic Response message with header h
 // (the receive side's, under mu: the transmitter gives finished ones back).
 func (t *txState) newResponse(kind msgKind, h wire.Header) *txMsg {
-	var m *txMsg
 	t.mu.Lock()
-	if n := len(t.respFree); n > 0 {
-		m = t.respFree[n-1]
-		t.respFree = t.respFree[:n-1]
-	}
+	m := takeFree(&t.respFree)
 	t.mu.Unlock()
 	if m == nil {
 		m = new(txMsg)
@@ -237,14 +229,25 @@ func (t *txState) newResponse(kind msgKind, h wire.Header) *txMsg {
 // newORD returns a cleared ORD entry, a completed one again when there is one.
 func (t *txState) newORD() *ordEntry {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if n := len(t.ordFree); n > 0 {
-		o := t.ordFree[n-1]
-		t.ordFree = t.ordFree[:n-1]
-		*o = ordEntry{}
-		return o
+	o := takeFree(&t.ordFree)
+	t.mu.Unlock()
+	if o == nil {
+		return new(ordEntry)
 	}
-	return new(ordEntry)
+	*o = ordEntry{}
+	return o
+}
+
+// takeFree pops the newest entry of a free list, nil when it is empty.
+func takeFree[T any](l *[]*T) *T {
+	n := len(*l)
+	if n == 0 {
+		return nil
+	}
+	v := (*l)[n-1]
+	(*l)[n-1] = nil
+	*l = (*l)[:n-1]
+	return v
 }
 
 // putORD gives back an entry popORD returned, once the receive side is done
@@ -258,13 +261,11 @@ func (t *txState) putORD(o *ordEntry) {
 // newSQMsg returns a message for SQ entry idx: a finished one again when
 // there is one, so that the send path allocates nothing per work request.
 func (t *txState) newSQMsg(idx uint32) *txMsg {
-	var m *txMsg
-	if n := len(t.free); n > 0 {
-		m = t.free[n-1]
-		t.free = t.free[:n-1]
-		*m = txMsg{}
-	} else {
+	m := takeFree(&t.free)
+	if m == nil {
 		m = new(txMsg)
+	} else {
+		*m = txMsg{}
 	}
 	m.kind, m.idx, m.complete = kindSQ, idx, true
 	m.data, m.spans = m.dataArr[:0], m.spanArr[:0]
