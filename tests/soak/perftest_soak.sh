@@ -7,8 +7,9 @@
 # with the new post-send API (perftest's default) and the old one
 # (--use_old_post_send); each combination RUNS times in a row (default 20).
 # A run passes when server and client exit 0 within the timeout and the
-# client's table shows non-zero figures (bandwidth tests: BW average and
-# MsgRate; latency tests: t_typical, or t_avg in duration mode).
+# client's table shows non-zero figures (bandwidth tests: MsgRate, and BW
+# average unless #bytes x MsgRate rounds to 0.00 MB/s; latency tests:
+# t_typical, or t_avg in duration mode).
 # A run whose figures perftest computed after its own CPU-frequency calibration
 # failed (it prints "Correlation coefficient r^2: ... < 0.9" when a busy core
 # preempts it; every rate comes out 0) passes on its exit codes and is counted
@@ -65,7 +66,9 @@ figures() {
 		if (row == "") { print "no result table"; exit }
 		n = split(row, f, /[ \t]+/); if (f[1] == "") { for (i = 1; i < n; i++) f[i] = f[i+1]; n-- }
 		if (kind == "bw") {
-			if (!(f[4] > 0) || !(f[5] > 0)) print "zero bandwidth: " row
+			# MB/sec has two decimals: 2-byte messages at a few thousand
+			# per second print 0.00, which #bytes x MsgRate must confirm.
+			if (!(f[5] > 0) || !(f[4] > 0) && f[1] * f[5] >= 0.005) print "zero bandwidth: " row
 		} else if (hdr ~ /t_typical/) {
 			if (!(f[5] > 0)) print "zero latency: " row
 		} else if (!(f[3] > 0)) print "zero latency: " row
