@@ -38,3 +38,19 @@ func TestQuietPollerLeavesSocketToNetpoller(t *testing.T) {
 	require.Eventually(t, func() bool { return rx.idlePolls.Load() == 0 }, 5*time.Second, time.Millisecond,
 		"the RX goroutine's read lets pollers read again")
 }
+
+// A quiet connection's pollers still read while a Read or Atomic Response
+// is due: it is sure to come, and on a busy machine the RX goroutine may not
+// run for a while.
+func TestQuietPollerReadsForDueResponse(t *testing.T) {
+	p := connectPair(t, pairOpts{})
+	ep := p.cli.ep
+	rx := ep.rx.Load()
+	for p.cli.scq.Progress() {
+	}
+	rx.idlePolls.Store(pollIdleLimit)
+	ep.tx.ordOut.Store(1) // as if a Read were outstanding
+	defer ep.tx.ordOut.Store(0)
+	require.False(t, p.cli.scq.Progress(), "nothing has arrived")
+	require.Equal(t, uint32(pollIdleLimit+1), rx.idlePolls.Load(), "the poller read the socket")
+}

@@ -285,8 +285,9 @@ type rxState struct {
 	rnrKick atomic.Bool
 
 	// idlePolls counts pollers' reads in a row that found nothing; from
-	// pollIdleLimit on, pollers stop reading (a syscall per empty poll)
-	// until the RX goroutine, woken by the netpoller, reads something.
+	// pollIdleLimit on, pollers stop reading (a syscall per empty poll),
+	// unless a Read or Atomic Response is due, until the RX goroutine,
+	// woken by the netpoller, reads something.
 	idlePolls atomic.Uint32
 }
 
@@ -360,10 +361,13 @@ func (e *Endpoint) Progress(recv bool) bool {
 	if rx == nil || e.dead.Load() {
 		return did
 	}
-	if rx.idlePolls.Load() >= pollIdleLimit {
+	responses := e.tx.ordOut.Load() != 0
+	if !responses && rx.idlePolls.Load() >= pollIdleLimit {
+		// Quiet. A Read or Atomic Response is sure to come, though, and
+		// may come late on a busy machine: keep reading for it.
 		return did
 	}
-	if e.tx.ordOut.Load() == 0 && !(recv && e.qp.RecvPosted()) {
+	if !responses && !(recv && e.qp.RecvPosted()) {
 		// Unless a receive is being filled (token-owned: looked at below).
 		if !recv || !rx.tok.TryLock() {
 			return did
