@@ -341,14 +341,15 @@ func (rx *rxState) pump(fd uintptr) bool {
 	return true
 }
 
-// Progress is verbs.Transport.Progress: a poller's turn at the socket. It
-// reads only when what arrives could complete into the polled CQ: a Read or
-// Atomic Response (any CQ of the QP), or, on the receive CQ (recv), a Send or
-// Immediate Data for a posted receive or the one being filled. Anything
-// else -- Writes, requests to answer, a Terminate -- the RX goroutine
-// handles; an empty read would cost a syscall per poll (perftest's write
-// tests poll one CQ for both queues and post no receives).
-func (e *Endpoint) Progress(recv bool) bool {
+// Progress is verbs.Transport.Progress: a poller's turn at the socket.
+// Whatever arrives is placed on the polling thread (progress belongs to
+// whoever is spinning: a server that polls while its peer streams Writes
+// would otherwise leave every byte to the RX goroutine, which needs a core
+// the spinning threads hold). A connection on which the pollers' reads found
+// nothing pollIdleLimit times in a row is left to the RX goroutine until it
+// reads again, so a quiet connection costs no syscall per poll -- except
+// while a Read or Atomic Response is due.
+func (e *Endpoint) Progress() bool {
 	did := false
 	if e.tx.blocked.Load() {
 		e.life.RLock()
@@ -361,22 +362,8 @@ func (e *Endpoint) Progress(recv bool) bool {
 	if rx == nil || e.dead.Load() {
 		return did
 	}
-	responses := e.tx.ordOut.Load() != 0
-	if !responses && rx.idlePolls.Load() >= pollIdleLimit {
-		// Quiet. A Read or Atomic Response is sure to come, though, and
-		// may come late on a busy machine: keep reading for it.
+	if e.tx.ordOut.Load() == 0 && rx.idlePolls.Load() >= pollIdleLimit {
 		return did
-	}
-	if !responses && !(recv && e.qp.RecvPosted()) {
-		// Unless a receive is being filled (token-owned: looked at below).
-		if !recv || !rx.tok.TryLock() {
-			return did
-		}
-		filling := rx.cur.active
-		rx.tok.Unlock()
-		if !filling {
-			return did
-		}
 	}
 	// No life lock here (fail, called from the pump, may wake the
 	// transmitter, which takes it): the rings stay valid because a hard

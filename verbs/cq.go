@@ -117,7 +117,7 @@ func (cq *CQ) Progress() bool {
 	}
 	did := false
 	for _, qp := range *p {
-		if h := qp.prog.Load(); h != nil && h.t.Progress(qp.RecvCQ == cq) {
+		if h := qp.prog.Load(); h != nil && h.t.Progress() {
 			did = true
 		}
 	}

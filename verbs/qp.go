@@ -17,11 +17,10 @@ type Transport interface {
 	Close(graceful bool)
 	// Progress makes non-blocking progress on the receive side (and on a
 	// transmitter waiting for room) from the caller's thread; poll_cq calls
-	// it through CQ.Progress when it finds the CQ empty; recv says the CQ
-	// takes the QP's receive completions (else it is its send CQ only). It
-	// reports whether anything happened. It must be cheap when there is
-	// nothing to do.
-	Progress(recv bool) bool
+	// it through CQ.Progress when it finds a CQ of the QP empty. It reports
+	// whether anything happened. It must be cheap when there is nothing to
+	// do.
+	Progress() bool
 }
 
 type progHolder struct{ t Transport }
@@ -515,13 +514,6 @@ func (qp *QP) ArmRecvWait() bool {
 		return true
 	}
 	return false
-}
-
-// RecvPosted reports whether a receive is posted and not yet taken (on the
-// QP's RQ or its SRQ): whether a Send or Immediate Data could complete now.
-func (qp *QP) RecvPosted() bool {
-	r := qp.recvRing()
-	return r != nil && r.prod() != r.cons()
 }
 
 // RecvWake is signalled after ArmRecvWait when a receive was posted.

@@ -48,7 +48,7 @@ func (s *syncTransport) Close(bool) {
 	s.mu.Unlock()
 }
 
-func (s *syncTransport) Progress(bool) bool { return false }
+func (s *syncTransport) Progress() bool { return false }
 
 // capiPost is capi's post_send: write and publish under the SQ lock, then
 // ring if the engine is idle. It reports false when the ring is full.
