@@ -259,8 +259,13 @@ var rpingAttacks = []*attack{
 		run: readOutOfBounds, want: term(wire.LayerRDMAP, wire.RDMAPErrRemoteProtection, wire.RDMAPCodeBaseBounds)},
 	{name: "write-other-pd", why: "RFC 5041: tagged buffer error, STag not associated with the stream (other PD)",
 		run: otherPD, want: term(wire.LayerDDP, wire.DDPErrTaggedBuffer, wire.DDPCodeTaggedSTagNotAssociated)},
+	// mayLose: we read at once, but through a 4 KiB window; on a loaded
+	// machine that can be slower than the server's bound on writing to a
+	// peer that does not read, and it closes before the Terminate is out
+	// (seen once in five CI runs as "closed, no Terminate"). A Terminate
+	// that does come must still be this one.
 	{name: "ird-overrun", why: "RFC 5040, RFC 5041: more Read Requests outstanding than IRD, untagged QN 1 MSN range (as siw)",
-		run: irdOverrun(false), want: term(wire.LayerDDP, wire.DDPErrUntaggedBuffer, wire.DDPCodeUntaggedMSNRange)},
+		run: irdOverrun(false), want: term(wire.LayerDDP, wire.DDPErrUntaggedBuffer, wire.DDPCodeUntaggedMSNRange), mayLose: true},
 	{name: "peer-stops-reading", why: "responses block on a peer that reads nothing; a legit client meanwhile; the server gives up on the stuck stream",
 		run: irdOverrun(true), want: term(wire.LayerDDP, wire.DDPErrUntaggedBuffer, wire.DDPCodeUntaggedMSNRange), mayLose: true},
 	{name: "write-flood-concurrent", why: "64 MiB of valid Writes, nothing read; a legit client meanwhile",
