@@ -159,14 +159,7 @@ func TestLocalAccessToBrokenMemory(t *testing.T) {
 				w := sqe(1, tc.op, verbs.SendSignaled, sge(smr, src, 0, tc.n))
 				w.RKey, w.RemoteAddr = dmr.STag, addr(dst, 0)
 				c.postSend(w)
-				e := pollCQ(t, c.scq, to)
-				require.EqualValues(t, 1, e.WRID)
-				require.EqualValues(t, verbs.WCLocProtErr, e.Status)
-				c.wait(Disconnected, to)
-				s.wait(Disconnected, to)
-				require.Equal(t, verbs.QPSErr, c.qp.State())
-				require.Equal(t, verbs.EventQPFatal, asyncEvent(t, c.ctx, to))
-				flushed(t, c.rcq, 50)
+				localFaultEnds(t, c, s)
 				flushed(t, s.rcq, 60)
 				// Work posted afterwards is flushed.
 				c.postSend(sqe(2, verbs.WRSend, verbs.SendSignaled))
@@ -209,14 +202,7 @@ func TestTransmitFaultAfterProbe(t *testing.T) {
 				w := sqe(1, verbs.WRRDMAWrite, verbs.SendSignaled, sge(smr, src, 0, n))
 				w.RKey, w.RemoteAddr = dmr.STag, addr(dst, 0)
 				c.postSend(w)
-				e := pollCQ(t, c.scq, to)
-				require.EqualValues(t, 1, e.WRID)
-				require.EqualValues(t, verbs.WCLocProtErr, e.Status)
-				c.wait(Disconnected, to)
-				s.wait(Disconnected, to)
-				require.Equal(t, verbs.QPSErr, c.qp.State())
-				require.Equal(t, verbs.EventQPFatal, asyncEvent(t, c.ctx, to))
-				flushed(t, c.rcq, 50)
+				localFaultEnds(t, c, s)
 			})
 		}
 	}
@@ -312,4 +298,19 @@ func plainCall(f func()) { f() }
 func guarded(f func()) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	memSafe(f)
+}
+
+// localFaultEnds checks how a fault on c's own memory ends the connection:
+// work request 1 completes LOC_PROT_ERR, both sides are disconnected, c's QP
+// is in ERR with QP_FATAL, and c's posted receive (wr_id 50) is flushed.
+func localFaultEnds(t *testing.T, c, s *side) {
+	t.Helper()
+	e := pollCQ(t, c.scq, to)
+	require.EqualValues(t, 1, e.WRID)
+	require.EqualValues(t, verbs.WCLocProtErr, e.Status)
+	c.wait(Disconnected, to)
+	s.wait(Disconnected, to)
+	require.Equal(t, verbs.QPSErr, c.qp.State())
+	require.Equal(t, verbs.EventQPFatal, asyncEvent(t, c.ctx, to))
+	flushed(t, c.rcq, 50)
 }
