@@ -47,6 +47,8 @@ type Endpoint struct {
 	// being destroyed). Set under compMu.
 	dead   atomic.Bool
 	compMu sync.Mutex
+	// failStarted: fail has begun (it sets dead once the Terminate is out).
+	failStarted atomic.Bool
 	// life: transmitters hold it shared; Close(false) takes it exclusively
 	// to wait for them.
 	life sync.RWMutex
@@ -287,17 +289,26 @@ type termInfo struct {
 // fail takes the connection down after an error: the QP goes to ERR and is
 // flushed, term (if any) is sent before the stream is closed, asyncEv (if
 // >= 0) is posted, and the callback gets Disconnected. Idempotent.
-func (e *Endpoint) fail(term *termInfo, err error) { e.failEv(term, err, -1) }
+func (e *Endpoint) fail(term *termInfo, err error) { e.failing(term, err, -1, false, nil) }
 
 func (e *Endpoint) failEv(term *termInfo, err error, asyncEv int) {
-	e.failing(term, err, asyncEv, false)
+	e.failing(term, err, asyncEv, false, nil)
+}
+
+// failTerm is fail for a protocol error found by the receiver: the
+// Terminate goes to the socket first, then errComp posts the completions
+// the error itself caused, then the QP goes to ERR. A program that exits
+// on its first error completion closes the socket with it; the Terminate
+// must be out by then.
+func (e *Endpoint) failTerm(term *termInfo, err error, asyncEv int, errComp func()) {
+	e.failing(term, err, asyncEv, false, errComp)
 }
 
 // failTx is fail from a transmitter (the TX token holder, under the life
 // lock): it does not wake the transmitter, which goes on by itself and
 // frames the Terminate (fillDead); waking would take the life lock again.
 func (e *Endpoint) failTx(term *termInfo, err error, asyncEv int) {
-	e.failing(term, err, asyncEv, true)
+	e.failing(term, err, asyncEv, true, nil)
 }
 
 // testFailing, when set (tests), runs as a connection starts failing, before
@@ -305,10 +316,34 @@ func (e *Endpoint) failTx(term *termInfo, err error, asyncEv int) {
 // while a test sets it.
 var testFailing atomic.Pointer[func(e *Endpoint)]
 
-func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool) {
+func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool, errComp func()) {
 	e.failOnce.Do(func() {
+		// From here a transmitter's write error is not a new failure: this
+		// one ends the connection (and a transmitter woken below must not
+		// enter the Once again).
+		e.failStarted.Store(true)
 		if f := testFailing.Load(); f != nil {
 			(*f)(e)
+		}
+		e.mu.Lock()
+		e.closed = true
+		c := e.c
+		e.mu.Unlock()
+		if c != nil {
+			// Bound everything that might still wait on the peer.
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		}
+		// Queued before dead is set: a transmitter that sees dead has seen
+		// the Terminate too, and does not end the stream without it.
+		e.tx.queueTerminate(term)
+		if term != nil && !fromTx {
+			// Onto the socket now if no transmitter is busy (one that is
+			// sends it next); nothing else is framed after it.
+			e.tx.wake()
+		}
+		if errComp != nil {
+			errComp()
 		}
 		// After a write in progress retired what it finished (see wgate).
 		e.tx.wgate.Lock()
@@ -320,22 +355,16 @@ func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool) 
 		if changed && asyncEv >= 0 {
 			e.qp.Ctx.PostAsync(uint32(asyncEv), e.qp.Cookie)
 		}
-		e.mu.Lock()
-		e.closed = true
-		c := e.c
-		e.mu.Unlock()
-		if c != nil {
-			// Bound everything that might still wait on the peer.
-			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		}
-		e.tx.queueTerminate(term)
 		if !fromTx {
 			e.tx.wake()
 		}
 		e.event(Event{Type: Disconnected, Err: err})
 	})
 }
+
+// failed reports that the connection is down or going down: a transmitter's
+// error then needs no fail of its own.
+func (e *Endpoint) failed() bool { return e.dead.Load() || e.failStarted.Load() }
 
 // Disconnect closes the stream gracefully: queued work goes out first,
 // then FIN. Both sides then see Disconnected, their QPs in ERR and flushed.

@@ -437,3 +437,56 @@ func TestHostileBrokenFirstFPDU(t *testing.T) {
 		})
 	}
 }
+
+// TestTerminateBeforeErrorCompletion: a program that exits on its first
+// error completion closes the socket with it (perftest does), so the
+// Terminate must be on the socket before the error completion is posted.
+// Checked where the error starts (testFailing: no completion yet) and
+// after it (the Terminate is already readable).
+func TestTerminateBeforeErrorCompletion(t *testing.T) {
+	payload := bytes.Repeat([]byte{0x22}, 200)
+	cases := []struct {
+		name   string
+		crc    bool
+		frame  func(h *hostile) []byte
+		status uint32
+	}{
+		{name: "send-longer-than-receive", frame: func(h *hostile) []byte {
+			return h.fpdu(&wire.Header{Opcode: wire.OpSend, Last: true, MSN: 1}, payload)
+		}, status: verbs.WCLocLenErr},
+		{name: "crc-error-in-receive", crc: true, frame: func(h *hostile) []byte {
+			b := h.fpdu(&wire.Header{Opcode: wire.OpSend, Last: true, MSN: 1}, payload[:64])
+			b[len(b)-1] ^= 0xff
+			return b
+		}, status: verbs.WCWRFlushErr},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHostile(t, tc.crc, 4)
+			s := h.s
+			buf := newCanary(t, s.pd, 0)
+			s.postRecv(rqe(77, verbs.SGE{Addr: buf.addr(0), Length: 100, LKey: buf.mr.STag}))
+			early := make(chan bool, 1)
+			onFail := func(*Endpoint) { early <- !cqEmpty(s.rcq) }
+			testFailing.Store(&onFail)
+			t.Cleanup(func() { testFailing.Store(nil) })
+			h.send(tc.frame(h))
+			c := pollCQ(t, s.rcq, to)
+			require.False(t, <-early, "a completion was posted before the Terminate")
+			require.EqualValues(t, 77, c.WRID)
+			require.EqualValues(t, tc.status, c.Status)
+			// Loopback delivers a write at once: it is there to peek at.
+			rc, err := h.conn.SyscallConn()
+			require.NoError(t, err)
+			var n int
+			var perr error
+			require.NoError(t, rc.Control(func(fd uintptr) {
+				var b [1]byte
+				n, _, perr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			}))
+			require.NoError(t, perr, "the Terminate is not out with the error completion")
+			require.Equal(t, 1, n)
+			require.NotNil(t, h.terminate())
+		})
+	}
+}

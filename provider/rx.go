@@ -239,13 +239,16 @@ type rxState struct {
 
 	// Everything below belongs to the token holder.
 	ended bool // the stream is over (error, EOF, or the endpoint went down)
-	rd    rxReader
-	hdr   [2 + wire.DDPUntaggedHeaderLen + wire.AtomicRequestLen]byte
-	h     wire.Header
-	ulen  int
-	hl    int
-	msn   [5]uint32 // expected MSN per untagged queue
-	cur   rxMsg
+	// errComp posts the error completion of the work request whose FPDU
+	// failed; it waits until the Terminate is out (see failTerm).
+	errComp func()
+	rd      rxReader
+	hdr     [2 + wire.DDPUntaggedHeaderLen + wire.AtomicRequestLen]byte
+	h       wire.Header
+	ulen    int
+	hl      int
+	msn     [5]uint32 // expected MSN per untagged queue
+	cur     rxMsg
 
 	phase uint8
 	hgot  int
@@ -325,13 +328,13 @@ func (rx *rxState) pump(fd uintptr) bool {
 	}
 	rx.ended = true
 	e := rx.e
-	// A receive taken for a Send that did not complete (its FPDU failed,
-	// or the stream ended inside it) is flushed first, in order.
-	rx.flushCur()
+	if ti != nil {
+		e.failTerm(ti, err, asyncFor(ti.ctrl), rx.errCompletions)
+		return true
+	}
+	rx.errCompletions()
 	switch {
 	case err == errDead:
-	case ti != nil:
-		e.failEv(ti, err, asyncFor(ti.ctrl))
 	case rx.act == actTerminate:
 		e.failEv(nil, err, rx.termAsync())
 	default:
@@ -451,6 +454,18 @@ func (rx *rxState) loop() {
 	c.Close()
 }
 
+// errCompletions posts what the stream's end did to the work in progress:
+// the error of the work request that failed (errComp), then, in order, a
+// receive taken for a Send that did not complete (its FPDU failed, or the
+// stream ended inside it), flushed.
+func (rx *rxState) errCompletions() {
+	if rx.errComp != nil {
+		rx.errComp()
+		rx.errComp = nil
+	}
+	rx.flushCur()
+}
+
 // flushCur completes the receive being filled, if any, with a flush error.
 func (rx *rxState) flushCur() {
 	if !rx.cur.active {
@@ -543,13 +558,15 @@ func (rx *rxState) memFault() (*termInfo, error) {
 		if rx.cur.active {
 			rqe := rx.cur.rqe
 			rx.cur.release()
-			e.completeRecv(&rqe, verbs.CQE{Status: verbs.WCLocProtErr, Opcode: verbs.WCOpRecv}, false)
+			rx.errComp = func() {
+				e.completeRecv(&rqe, verbs.CQE{Status: verbs.WCLocProtErr, Opcode: verbs.WCOpRecv}, false)
+			}
 		}
 	case wire.OpReadResponse, wire.OpAtomicResponse:
 		if o := e.tx.popORD(); o != nil {
 			o.span.Release()
 			if !o.rtr {
-				e.completeSend(o.idx, verbs.WCLocProtErr, 0)
+				rx.errComp = func() { e.completeSend(o.idx, verbs.WCLocProtErr, 0) }
 			}
 		}
 	}
@@ -965,7 +982,9 @@ func (rx *rxState) untagged(n int) *wire.Error {
 	if cur.placed+n > cur.cap {
 		rqe := cur.rqe
 		cur.release()
-		e.completeRecv(&rqe, verbs.CQE{Status: verbs.WCLocLenErr, Opcode: verbs.WCOpRecv}, false)
+		rx.errComp = func() {
+			e.completeRecv(&rqe, verbs.CQE{Status: verbs.WCLocLenErr, Opcode: verbs.WCOpRecv}, false)
+		}
 		return errTooLong
 	}
 	// Scatter into the SGEs, pinning each on first use.

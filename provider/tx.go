@@ -468,7 +468,7 @@ func (t *txState) pump() pumpResult {
 				// Already dead: this may run inside fail itself (fail wakes
 				// the transmitter to send the Terminate), whose Once must not
 				// be re-entered.
-				if !t.e.dead.Load() {
+				if !t.e.failed() {
 					t.e.failTx(nil, err, -1)
 				}
 				t.dropBatch()
@@ -508,7 +508,7 @@ func (t *txState) memFault(m *txMsg) {
 	if m != nil && m.kind == kindSQ {
 		t.e.completeSend(m.idx, verbs.WCLocProtErr, 0)
 	}
-	if !t.e.dead.Load() {
+	if !t.e.failed() {
 		t.e.failTx(nil, errMemFault, verbs.EventQPFatal)
 	}
 	t.dropBatch()
@@ -535,15 +535,18 @@ func (t *txState) idle() bool {
 		return true
 	}
 	closing := t.closing
+	// Read under mu, after the Terminate check: fail queues its Terminate
+	// before it sets dead, so dead seen here means none is pending.
+	dead := e.dead.Load()
 	t.mu.Unlock()
-	if (closing || e.dead.Load()) && !t.finSent {
+	if (closing || dead) && !t.finSent {
 		t.finSent = true
 		if c := e.c; c != nil {
 			_ = c.CloseWrite()
 		}
 	}
 	t.releaseBatch()
-	if e.dead.Load() {
+	if dead {
 		t.tokSync.Add(1)
 		if e.qp.State() == verbs.QPSErr {
 			e.qp.Flush()
@@ -733,6 +736,19 @@ func (t *txState) frameMsg(m *txMsg) {
 }
 
 func (t *txState) nextMsg() *txMsg {
+	if t.finSent && t.e.failStarted.Load() {
+		// The Terminate went out ahead of the QP's move to ERR (see
+		// failTerm): nothing more is framed; responses are dropped, work
+		// requests flushed.
+		t.mu.Lock()
+		internal := t.internal
+		t.internal = nil
+		t.mu.Unlock()
+		for _, m := range internal {
+			t.finishDropped(m)
+		}
+		return nil
+	}
 	t.mu.Lock()
 	if t.term != nil {
 		m := t.term
