@@ -305,14 +305,16 @@ static void *cm_reader(void *p)
 	struct rdma_cm_event *e;
 
 	__atomic_store_n(&r->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
-	for (;;) {
-		if (rdma_get_cm_event(r->ch, &e)) {
-			fprintf(stderr, "rdma_get_cm_event after teardown: %s\n", strerror(errno));
-			__atomic_add_fetch(&reader_failures, 1, __ATOMIC_SEQ_CST);
-			return NULL;
-		}
-		rdma_ack_cm_event(e);
+	if (rdma_get_cm_event(r->ch, &e)) {
+		fprintf(stderr, "rdma_get_cm_event after teardown: %s\n", strerror(errno));
+		__atomic_add_fetch(&reader_failures, 1, __ATOMIC_SEQ_CST);
+		return NULL;
 	}
+	/* The client's DISCONNECTED may come before rdma_destroy_id drops it. The
+	 * reader then leaves: calling again could meet the channel destroyed
+	 * meanwhile, a use after free with any librdmacm. */
+	rdma_ack_cm_event(e);
+	return NULL;
 }
 
 /* Whether thread tid is blocked in read(2), i.e. inside rdma_get_cm_event. */
