@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/goiwarp/goiwarp/provider/wire"
@@ -115,6 +116,9 @@ type txState struct {
 	// tokSync mirrors the hand-over of the TX token, whose doorbell lives
 	// in mmap'd memory the race detector does not see, in Go memory.
 	tokSync atomic.Uint32
+
+	// lastKick: when the last doorbell (Kick) returned, in ns since epoch.
+	lastKick atomic.Int64
 
 	// Token holder only.
 	cur     *txMsg
@@ -282,12 +286,35 @@ func (t *txState) init(e *Endpoint) {
 
 func (t *txState) ordMax() int { return max(int(t.e.neg.ord), 1) }
 
+// burstGap: a doorbell that rings within this time of the end of the
+// previous one belongs to a burst of posts (perftest's bandwidth loop posts
+// the next work request as soon as the last returns). It hands the token
+// over instead of transmitting on the posting thread: the posts that follow
+// ring no doorbell at all, and whoever takes the token (the TX goroutine,
+// or the poller the application runs next) sends them together in one
+// sendmsg. A post after a pause (a latency test posts once per round trip)
+// still transmits at once.
+const burstGap = 2 * time.Microsecond
+
+// epoch: the zero of lastKick.
+var epoch = time.Now()
+
 // Kick is verbs.Transport.Kick: the caller holds the TX token.
 func (e *Endpoint) Kick() {
-	e.tx.tokSync.Load()
+	t := &e.tx
+	t.tokSync.Load()
+	burst := time.Since(epoch)-time.Duration(t.lastKick.Load()) < burstGap
 	e.life.RLock()
-	e.tx.run()
+	// Not once dead: a token holder may have stopped the TX goroutine (the
+	// transmitter that sees dead flushes and stops it), and nobody would
+	// take the token.
+	if burst && !e.dead.Load() {
+		t.handOff()
+	} else {
+		t.run()
+	}
 	e.life.RUnlock()
+	t.lastKick.Store(int64(time.Since(epoch)))
 }
 
 func (e *Endpoint) txLoop() {
@@ -412,12 +439,18 @@ const (
 // poller to take). It never waits itself.
 func (t *txState) run() {
 	if t.runOnce() {
-		t.tokSync.Add(1)
-		t.blocked.Store(true)
-		select {
-		case t.e.txHand <- struct{}{}:
-		default:
-		}
+		t.handOff()
+	}
+}
+
+// handOff leaves the token "blocked" for the TX goroutine, which transmits
+// once the socket has room, or for a poller to take first (progress).
+func (t *txState) handOff() {
+	t.tokSync.Add(1)
+	t.blocked.Store(true)
+	select {
+	case t.e.txHand <- struct{}{}:
+	default:
 	}
 }
 
