@@ -45,6 +45,20 @@ type rxReader struct {
 	mkn    int
 	iov    [2]unix.Iovec
 	nread  uint64 // bytes read from the socket, ever
+	// owing: a Read or Atomic Response was queued and not yet handed to
+	// the transmitter; pay does that, before the next read from the socket
+	// and when the receive machine stops, so that the responses to all the
+	// requests of one read leave together (one wake, one sendmsg).
+	owing bool
+	pay   func()
+}
+
+// settle hands queued responses to the transmitter.
+func (rd *rxReader) settle() {
+	if rd.owing {
+		rd.owing = false
+		rd.pay()
+	}
 }
 
 const rxBufSize = 4096
@@ -61,6 +75,7 @@ var (
 // sys reads from the socket without blocking: n > 0, or an error
 // (errAgain when it is empty, io.EOF at the end).
 func (rd *rxReader) sys(p []byte) (int, error) {
+	rd.settle()
 	for {
 		n, err := unix.Read(rd.fd, p)
 		switch {
@@ -80,6 +95,7 @@ func (rd *rxReader) sys(p []byte) (int, error) {
 
 // sysv reads into dst and then into the empty carry-over buffer, one readv.
 func (rd *rxReader) sysv(dst []byte) (int, error) {
+	rd.settle()
 	rd.iov[0] = unix.Iovec{Base: &dst[0]}
 	rd.iov[0].SetLen(len(dst))
 	rd.iov[1] = unix.Iovec{Base: &rd.buf[0]}
@@ -305,7 +321,7 @@ func (e *Endpoint) startRX() {
 	if e.pol != nil {
 		rx.rnrTimeout = e.pol.RNRTimeout
 	}
-	rx.rd = rxReader{buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx}
+	rx.rd = rxReader{buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx, pay: e.tx.wake}
 	rx.ctl = func(fd uintptr) { rx.prog = rx.pump(fd) }
 	e.rx.Store(rx)
 	go rx.loop()
@@ -321,6 +337,7 @@ func (rx *rxState) pump(fd uintptr) bool {
 	rx.rd.fd = int(fd)
 	pos, nread := rx.rd.pos, rx.rd.nread
 	ti, err := rx.guardedStep()
+	rx.rd.settle()
 	rx.rd.fd = -1
 	rx.rnrWait = err == errRNRWait
 	if err == errAgain || err == errRNRWait {
@@ -864,7 +881,8 @@ func (rx *rxState) begin(n int) *wire.Error {
 			m.spans = append(m.spans, sp)
 			m.data = append(m.data, sp.Buf)
 		}
-		t.queueInternal(m)
+		t.addInternal(m)
+		rx.rd.owing = true
 		return nil
 
 	case wire.OpAtomicRequest:
@@ -897,7 +915,8 @@ func (rx *rxState) begin(n int) *wire.Error {
 		m := t.newResponse(kindAtomicResp, wire.Header{Opcode: wire.OpAtomicResponse, Last: true,
 			MSN: rx.atomicMSN, AtomicReqID: h.AtomicReqID, OrigValue: orig})
 		rx.atomicMSN++
-		t.queueInternal(m)
+		t.addInternal(m)
+		rx.rd.owing = true
 		return nil
 
 	case wire.OpAtomicResponse:

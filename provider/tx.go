@@ -389,7 +389,6 @@ func (t *txState) setClosing() {
 	t.wake()
 }
 
-// queueInternal adds a response message and makes sure it goes out.
 // popFront drops q[0] and keeps q's capacity for the appends that follow
 // (q[1:] would shrink it until append reallocates); queues here are short.
 func popFront[T any](q []*T) []*T {
@@ -398,11 +397,12 @@ func popFront[T any](q []*T) []*T {
 	return q[:n]
 }
 
-func (t *txState) queueInternal(m *txMsg) {
+// addInternal queues a response message; the receive path wakes the
+// transmitter for it (rxReader.settle).
+func (t *txState) addInternal(m *txMsg) {
 	t.mu.Lock()
 	t.internal = append(t.internal, m)
 	t.mu.Unlock()
-	t.wake()
 }
 
 func (t *txState) queueTerminate(ti *termInfo) {
