@@ -294,7 +294,7 @@ func (t *txState) ordMax() int { return max(int(t.e.neg.ord), 1) }
 // or the poller the application runs next) sends them together in one
 // sendmsg. A post after a pause (a latency test posts once per round trip)
 // still transmits at once.
-const burstGap = 2 * time.Microsecond
+var burstGap = 2 * time.Microsecond
 
 // epoch: the zero of lastKick.
 var epoch = time.Now()
