@@ -333,6 +333,8 @@ static int blocked_in_read(pid_t tid)
 	return nr == SYS_read;
 }
 
+static struct reader *readers[50];
+
 static int t_reader_teardown(void)
 {
 	struct rdma_event_channel *sch = rdma_create_event_channel();
@@ -342,7 +344,8 @@ static int t_reader_teardown(void)
 	for (int round = 0; round < 50; round++) {
 		struct rdma_event_channel *cch = rdma_create_event_channel();
 		struct rdma_cm_id *cid, *sid;
-		struct reader *r = calloc(1, sizeof(*r)); /* the reader outlives the round */
+		/* The reader outlives the round; readers[] keeps it reachable. */
+		struct reader *r = readers[round] = calloc(1, sizeof(*r));
 		pthread_t t;
 
 		REQUIRE(r);
