@@ -84,3 +84,21 @@ func TestBurstHandOff(t *testing.T) {
 		})
 	}
 }
+
+// TestHardCloseReleasesHandedToken: a QP moved to ERR while its TX token
+// is handed over (a burst, or a full socket) and nobody took it yet gets
+// the token back, so work posted afterwards rings and is flushed.
+func TestHardCloseReleasesHandedToken(t *testing.T) {
+	p := connectPair(t, pairOpts{})
+	e := p.cli.ep
+	// No TX goroutine to take the hand-over.
+	e.stopTxLoop()
+	<-e.txDone
+	require.True(t, p.cli.qp.TakeTx())
+	e.tx.tokSync.Load()
+	e.tx.handOff()
+	require.NoError(t, p.cli.qp.Modify(verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState))
+	src, smr := p.cli.mem(64, 0)
+	p.cli.postSend(sqe(9, verbs.WRSend, verbs.SendSignaled, sge(smr, src, 0, 64)))
+	flushed(t, p.cli.scq, 9)
+}

@@ -437,6 +437,7 @@ func (e *Endpoint) quiesce() {
 	<-e.txDone
 	<-e.rxDone
 	e.tx.dropAll()
+	e.tx.releaseToken()
 	e.event(Event{Type: Disconnected})
 }
 

@@ -443,6 +443,21 @@ func (t *txState) run() {
 	}
 }
 
+// releaseToken gives back a token left blocked (handed over) or parked
+// when a hard Close stopped the transmitters: nobody would take it, the
+// doorbell would stay taken, and work posted to the QP in ERR would never
+// ring to be flushed.
+func (t *txState) releaseToken() {
+	t.mu.Lock()
+	parked := t.parked
+	t.parked = false
+	t.mu.Unlock()
+	if t.blocked.CompareAndSwap(true, false) || parked {
+		t.tokSync.Load()
+		t.e.qp.DropTx()
+	}
+}
+
 // handOff leaves the token "blocked" for the TX goroutine, which transmits
 // once the socket has room, or for a poller to take first (progress).
 func (t *txState) handOff() {
