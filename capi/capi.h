@@ -70,12 +70,19 @@
 #define gcapi_container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
 
+/* GID table entries a device reports at most (verbs.MaxGIDs). */
+#define GCAPI_MAX_GIDS 16
+
 /* What Go tells C about a device. */
 struct gcapi_devinfo {
 	char name[IBV_SYSFS_NAME_MAX]; /* giw_<ifname> */
 	char ifname[IBV_SYSFS_NAME_MAX];
 	uint64_t guid; /* host order; big-endian on the ABI */
 	uint8_t gid[16];
+	/* The GID table (verbs.Device.GIDs): gids[0] is gid; then the
+	 * interface's addresses in RoCE v2 form (IPv4-mapped, IPv6). */
+	uint8_t gids[GCAPI_MAX_GIDS][16];
+	int32_t ngids;
 	int32_t ifindex;
 	int32_t mtu;
 	uint32_t vendor_id;

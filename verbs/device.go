@@ -121,3 +121,48 @@ func DeviceForIP(devs []*Device, ip net.IP) *Device {
 	}
 	return nil
 }
+
+// MaxGIDs bounds a device's GID table: entry 0 and up to MaxGIDs-1 addresses.
+const MaxGIDs = 16
+
+// GIDs is the port's GID table. Entry 0 is the MAC-based GID siw reports
+// (what the CM path has always shown); then one entry per IP address of the
+// interface in the forms RoCE v2 uses: IPv4 first, as IPv4-mapped IPv6
+// (::ffff:a.b.c.d), then IPv6 as is, each in the order the kernel lists
+// them. Programs that connect without a CM exchange one of these and hand
+// it back as ah_attr.grh.dgid; the address entries are what makes a GID
+// routable (see GIDAddr).
+func (d *Device) GIDs() [][16]byte {
+	t := [][16]byte{d.GID()}
+	for _, v4 := range []bool{true, false} {
+		for _, ip := range d.Addrs {
+			if (ip.To4() != nil) != v4 || len(t) == MaxGIDs {
+				continue
+			}
+			var g [16]byte
+			copy(g[:], ip.To16())
+			t = append(t, g)
+		}
+	}
+	return t
+}
+
+// GIDAddr is the IP address a GID names: an IPv4-mapped GID is the IPv4
+// address, any other GID in an IP form (not entry 0's MAC form) the IPv6
+// address. ok is false for the MAC form and the zero GID.
+func GIDAddr(g [16]byte) (ip net.IP, ok bool) {
+	if g == [16]byte{} {
+		return nil, false
+	}
+	ip = net.IP(g[:])
+	if v4 := ip.To4(); v4 != nil {
+		return v4, true
+	}
+	// The MAC form has the MAC in bytes 0-5 and zeros after: no IPv6
+	// address of a host looks like that (it would be in a reserved or
+	// multicast block with a zero interface id).
+	if [10]byte(g[6:]) == [10]byte{} {
+		return nil, false
+	}
+	return ip, true
+}
