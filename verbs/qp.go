@@ -337,13 +337,9 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 			conn.Close(false)
 		}
 		qp.resetQueues()
-	case to == QPSRTS && cur == QPSRTR && cmless:
+	case to == QPSRTS && cmless && mask&QPAttrState != 0:
+		// (from RTR, or from the RTS the connection brought: Attach)
 		qp.cn.Ready(qp)
-		// A stream that came up while the QP was in RTR has waited for
-		// this: work posted from now on goes out.
-		if conn != nil && qp.TakeTx() {
-			conn.Kick()
-		}
 	}
 	return nil
 }
@@ -382,10 +378,11 @@ func (qp *QP) applyPath(a QPAttr, mask int) {
 }
 
 // Attach binds the connection and moves the QP to RTS. ird/ord are the
-// negotiated limits. A QP connected without a CM keeps the state and the
-// IRD/ORD its program set: a stream that comes up in RTR waits for the
-// move to RTS before it transmits, and one that comes up after it (the
-// QP was "RTS" with work waiting in the ring) starts at once.
+// negotiated limits. A QP connected without a CM keeps the IRD/ORD its
+// program set (it sets its ORD at RTS, maybe after this) and goes to RTS
+// from RTR too: iWARP programs expect to send from a QP they left in RTR
+// (perftest's send_bw server, which never moves to RTS, returns receive
+// credits with Sends, as it may once rdma_accept made its QP RTS).
 func (qp *QP) Attach(conn Transport, ird, ord uint8) error {
 	qp.mu.Lock()
 	s := qp.attr.State
@@ -400,13 +397,12 @@ func (qp *QP) Attach(conn Transport, ird, ord uint8) error {
 	qp.conn = conn
 	if !qp.cmless {
 		qp.attr.IRD, qp.attr.ORD = ird, ord
-		qp.publishState(QPSRTS)
 	}
-	rts := qp.attr.State == QPSRTS
+	qp.publishState(QPSRTS)
 	qp.mu.Unlock()
 	qp.setProg(conn)
 	// Work posted before RTS waits in the ring; send it now.
-	if rts && qp.TakeTx() {
+	if qp.TakeTx() {
 		conn.Kick()
 	}
 	return nil
