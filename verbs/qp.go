@@ -38,6 +38,10 @@ type QPInit struct {
 	Caps           QPCaps
 	SigAll         bool
 	Cookie         uintptr // address of the C struct ibv_qp, for async events
+	// Connector numbers and connects the QP when its program uses no CM;
+	// nil means the installed one (SetConnector). Tests give each
+	// simulated process its own.
+	Connector Connector
 }
 
 // QPAttr is the part of struct ibv_qp_attr that iWARP uses.
@@ -145,7 +149,10 @@ func (c *Context) CreateQP(in QPInit) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	cn := currentConnector()
+	cn := in.Connector
+	if cn == nil {
+		cn = currentConnector()
+	}
 	var num uint32
 	if cn != nil {
 		num = cn.Number()
