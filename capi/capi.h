@@ -83,6 +83,7 @@ struct gcapi_devinfo {
 	 * interface's addresses in RoCE v2 form (IPv4-mapped, IPv6). */
 	uint8_t gids[GCAPI_MAX_GIDS][16];
 	int32_t ngids;
+	uint16_t lid; /* verbs.Device.LID */
 	int32_t ifindex;
 	int32_t mtu;
 	uint32_t vendor_id;

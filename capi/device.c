@@ -386,6 +386,9 @@ static int fill_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr
 	a->max_mtu = IBV_MTU_4096;
 	a->active_mtu = mtu_enum(info->mtu);
 	a->gid_tbl_len = gid_count(ctx);
+	pthread_mutex_lock(&dev_lock);
+	a->lid = info->lid;
+	pthread_mutex_unlock(&dev_lock);
 	a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_DEVICE_MGMT_SUP | IBV_PORT_VENDOR_CLASS_SUP;
 	a->max_msg_sz = (uint32_t)gcapi_dev_limits()->max_msg_size;
 	a->pkey_tbl_len = 1;

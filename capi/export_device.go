@@ -38,6 +38,7 @@ func fillDevInfo(o *C.struct_gcapi_devinfo, d *verbs.Device) {
 		}
 	}
 	o.ngids = C.int32_t(n)
+	o.lid = C.uint16_t(d.LID())
 	o.ifindex = C.int32_t(d.Index)
 	o.mtu = C.int32_t(d.MTU)
 	o.vendor_id = C.uint32_t(d.VendorID)

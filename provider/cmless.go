@@ -130,11 +130,17 @@ func initiates(laddr net.IP, lqpn uint32, raddr net.IP, rqpn uint32) (bool, erro
 var loopback = net.IPv4(127, 0, 0, 1)
 
 // peerAddrs resolves what RTR says into our address and the peer's. A GID
-// in IP form is its address. Without a GRH (is_global 0: the program had no
-// GID, only a LID) or with a MAC-form GID of one of this host's devices,
-// the peer is on this host: both ends are 127.0.0.1.
+// in IP form is its address. Without a GRH (is_global 0: the program had
+// only a LID) the LID names the peer within our IPv4 address's /16
+// (verbs.Device.LID); LID 0, or a MAC-form GID of one of this host's
+// devices, means this host: both ends are 127.0.0.1.
 func peerAddrs(dev *verbs.Device, p verbs.Peer, devs func() []*verbs.Device) (local, remote net.IP, err error) {
 	if !p.Global {
+		if dev != nil {
+			if r, ok := dev.LIDAddr(p.DLID); ok {
+				return dev.IPv4(), r, nil
+			}
+		}
 		return loopback, loopback, nil
 	}
 	var ok bool

@@ -121,7 +121,8 @@ func TestPeerAddrs(t *testing.T) {
 		local, remote string
 		err           bool
 	}{
-		{"no GRH: this host", verbs.Peer{}, "127.0.0.1", "127.0.0.1", false},
+		{"no GRH, LID 0: this host", verbs.Peer{}, "127.0.0.1", "127.0.0.1", false},
+		{"no GRH: the LID in our /16", verbs.Peer{DLID: 0x0203}, "127.0.0.1", "127.0.2.3", false},
 		{"IPv4-mapped GID", verbs.Peer{Global: true, SGIDIndex: 1, DGID: gidOf("192.0.2.9")}, "127.0.0.1", "192.0.2.9", false},
 		{"IPv6 GID", verbs.Peer{Global: true, SGIDIndex: 2, DGID: gidOf("fd00::9")}, "::1", "fd00::9", false},
 		{"MAC GID of a local device", verbs.Peer{Global: true, SGIDIndex: 0, DGID: testLo.GID()}, "127.0.0.1", "127.0.0.1", false},

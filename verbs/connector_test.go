@@ -51,6 +51,33 @@ func TestGIDTable(t *testing.T) {
 	})
 }
 
+func TestLID(t *testing.T) {
+	for _, tc := range []struct {
+		addrs   []string
+		lid     uint16
+		peerLID uint16
+		peer    string // "" when the LID names no address
+	}{
+		{[]string{"127.0.0.1", "::1"}, 0x0001, 0x0001, "127.0.0.1"},
+		{[]string{"fd00::2", "198.18.5.1"}, 0x0501, 0x0502, "198.18.5.2"},
+		{[]string{"10.1.200.7"}, 0xc807, 0, ""},
+		{[]string{"fd00::2"}, 0, 0x0102, ""},
+	} {
+		d := &Device{}
+		for _, a := range tc.addrs {
+			d.Addrs = append(d.Addrs, net.ParseIP(a))
+		}
+		assert.Equal(t, tc.lid, d.LID(), "%v", tc.addrs)
+		ip, ok := d.LIDAddr(tc.peerLID)
+		if tc.peer == "" {
+			assert.False(t, ok)
+			continue
+		}
+		require.True(t, ok)
+		assert.Equal(t, tc.peer, ip.String())
+	}
+}
+
 func TestGIDAddr(t *testing.T) {
 	for _, tc := range []struct {
 		gid  string // an IP in text form, or "" for a raw value below

@@ -166,3 +166,36 @@ func GIDAddr(g [16]byte) (ip net.IP, ok bool) {
 	}
 	return ip, true
 }
+
+// LID is the port's LID: the low 16 bits of the interface's first IPv4
+// address (0 without one). InfiniBand LIDs are addresses within a subnet;
+// so is this, within the address's /16. Programs that exchange only LIDs
+// (qperf without -cm1, ibv_rc_pingpong without -g) reach a peer in the
+// same /16 with it: see LIDAddr.
+func (d *Device) LID() uint16 {
+	if ip := d.IPv4(); ip != nil {
+		return uint16(ip[2])<<8 | uint16(ip[3])
+	}
+	return 0
+}
+
+// LIDAddr is the IPv4 address a peer's LID names, seen from d: d's first
+// IPv4 address with its low 16 bits replaced. ok is false for LID 0 or a
+// device without an IPv4 address.
+func (d *Device) LIDAddr(lid uint16) (net.IP, bool) {
+	ip := d.IPv4()
+	if ip == nil || lid == 0 {
+		return nil, false
+	}
+	return net.IPv4(ip[0], ip[1], byte(lid>>8), byte(lid)).To4(), true
+}
+
+// IPv4 is the interface's first IPv4 address, nil without one.
+func (d *Device) IPv4() net.IP {
+	for _, a := range d.Addrs {
+		if v4 := a.To4(); v4 != nil {
+			return v4
+		}
+	}
+	return nil
+}
