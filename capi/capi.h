@@ -48,7 +48,9 @@
  * QP state: after the CM attaches a connection (verbs.QP.Attach) the QP is in
  * RTS in Go; the C side reads the state from the ring header (ring->state), so
  * nothing else must be updated. ibv_modify_qp to RTS without a connection
- * returns EOPNOTSUPP (verbs decides).
+ * returns EOPNOTSUPP (verbs decides), unless RTR carried an address vector and
+ * a peer QPN: then the provider connects underneath (provider/cmless.go,
+ * installed as verbs' Connector in main.go).
  *
  * errno: Go exports return an errno value (0 = success); the C glue sets
  * errno (gcapi_err / gcapi_errp below).
