@@ -398,16 +398,17 @@ func (m *cmlessMgr) fail(att *attempt, from int, err error, why string) {
 }
 
 // event handles an established connection's later events: a connection
-// that ends without the application asking is a fatal error of the QP.
+// that ends without the application asking is a fatal error of the QP
+// (even one whose dialer or acceptor has not yet recorded it as up).
 func (m *cmlessMgr) event(att *attempt, ev Event) {
 	if ev.Type != Disconnected {
 		return
 	}
 	m.mu.Lock()
-	up := att.state == attUp && !att.cancelled
+	live := att.state != attOver && !att.cancelled
 	m.mu.Unlock()
-	if up {
-		m.fail(att, attUp, ev.Err, "connection lost")
+	if live {
+		m.fail(att, -1, ev.Err, "connection lost")
 	}
 }
 

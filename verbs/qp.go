@@ -324,7 +324,7 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 			return err
 		}
 	}
-	if cmless && (to == QPSReset || to == QPSErr) && cur != QPSErr {
+	if cmless && (to == QPSReset || to == QPSErr && cur != QPSErr) {
 		qp.cn.Cancel(qp)
 	}
 	if conn != nil && to != QPSSQD && (to == QPSReset || to == QPSErr) {
