@@ -31,6 +31,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -173,7 +174,7 @@ type cmlessMgr struct {
 	policy func() Policy
 
 	mu   sync.Mutex
-	ln   *Listener
+	ln   []*Listener // IPv4 and (where there is IPv6) IPv6, one port
 	base int
 	slot int
 	qps  map[uint32]*cmlessQP // numbered and not destroyed
@@ -224,7 +225,11 @@ func (m *cmlessMgr) connPolicy() Policy {
 	return p
 }
 
-// openLocked starts the listener on the first free port of the range.
+// openLocked starts the listener on the first free port of the range: an
+// IPv4 socket and an IPv6-only one on the same port. Not one dual-stack
+// socket: connections accepted on it are IPv6 sockets with IPv4-mapped
+// addresses, whose path through the kernel costs a quarter more latency on
+// loopback (ib_read_lat 2 B, alternated: 26-32 us against 20-25 us).
 func (m *cmlessMgr) openLocked() {
 	pol := m.connPolicy()
 	m.base, m.slot = pol.QPPortBase, qpnNoSlot
@@ -233,12 +238,20 @@ func (m *cmlessMgr) openLocked() {
 		if port > 65535 {
 			break
 		}
-		ln, err := net.ListenTCP("tcp", &net.TCPAddr{Port: port})
+		ln4, err := net.ListenTCP("tcp4", &net.TCPAddr{Port: port})
 		if err != nil {
 			continue
 		}
+		ln6, err := listenV6Only(port)
+		if err != nil && !errors.Is(err, syscall.EAFNOSUPPORT) && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+			ln4.Close() // the port is taken for IPv6
+			continue
+		}
 		m.slot = s
-		m.ln = listenPolicy(ln, m.incoming, pol)
+		m.ln = []*Listener{listenPolicy(ln4, m.incoming, pol)}
+		if ln6 != nil {
+			m.ln = append(m.ln, listenPolicy(ln6, m.incoming, pol))
+		}
 		Debugf("QPs without a CM: listening on port %d (QPNs 0x%02x....)", port, s)
 		return
 	}
@@ -246,11 +259,29 @@ func (m *cmlessMgr) openLocked() {
 		m.base, m.base+qpnSlots-1)
 }
 
+// listenV6Only listens on [::]:port for IPv6 only; nil without IPv6.
+func listenV6Only(port int) (*net.TCPListener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, syscall.IPV6_V6ONLY, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	l, err := lc.Listen(context.Background(), "tcp6", net.JoinHostPort("::", strconv.Itoa(port)))
+	if err != nil {
+		return nil, err
+	}
+	return l.(*net.TCPListener), nil
+}
+
 // Number is verbs.Connector.Number.
 func (m *cmlessMgr) Number() uint32 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.qps) == 0 && m.ln == nil {
+	if len(m.qps) == 0 && len(m.ln) == 0 {
 		m.openLocked()
 	}
 	for range qpnIndexMask {
@@ -268,13 +299,13 @@ func (m *cmlessMgr) Number() uint32 {
 func (m *cmlessMgr) Release(qpn uint32) {
 	m.mu.Lock()
 	delete(m.qps, qpn)
-	var ln *Listener
+	var ln []*Listener
 	if len(m.qps) == 0 {
 		ln, m.ln = m.ln, nil
 	}
 	m.mu.Unlock()
-	if ln != nil {
-		ln.Close()
+	for _, l := range ln {
+		l.Close()
 	}
 }
 
@@ -551,8 +582,8 @@ func (m *cmlessMgr) incoming(r *Request) {
 func (m *cmlessMgr) Port() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.ln == nil {
+	if len(m.ln) == 0 {
 		return 0
 	}
-	return m.ln.Addr().Port
+	return m.ln[0].Addr().Port
 }
