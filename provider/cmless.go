@@ -233,6 +233,9 @@ func (m *cmlessMgr) connPolicy() Policy {
 func (m *cmlessMgr) openLocked() {
 	pol := m.connPolicy()
 	m.base, m.slot = pol.QPPortBase, qpnNoSlot
+	if m.base == 0 {
+		return // GOIWARP_QP_PORT_BASE=0: no listener (QPs can still dial)
+	}
 	for s := range qpnSlots {
 		port := m.base + s
 		if port > 65535 {

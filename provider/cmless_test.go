@@ -283,6 +283,30 @@ func TestCMLessOrderOfArrival(t *testing.T) {
 	}
 }
 
+// The MPA exchange advertises the most Reads; the program's max_rd_atomic,
+// set at RTS (before or after the stream came up), bounds them.
+func TestCMLessORDFromRTS(t *testing.T) {
+	for _, early := range []bool{true, false} {
+		pa, pb := testProc(t, 5*time.Second, time.Second), testProc(t, 5*time.Second, time.Second)
+		a, b := newSideOn(t, testLo, pa), newSideOn(t, testLo, pb)
+		require.NoError(t, a.rtr(b.qp.Num, "::ffff:127.0.0.1"))
+		if early {
+			a.rts() // ORD 4 before the connection
+		}
+		require.NoError(t, b.rtr(a.qp.Num, "::ffff:127.0.0.1"))
+		a.waitConnected(5 * time.Second)
+		if !early {
+			a.rts()
+		}
+		pa.mu.Lock()
+		ep := pa.qps[a.qp.Num].att.ep
+		pa.mu.Unlock()
+		assert.EqualValues(t, 4, ep.ordCap.Load(), "early RTS %v", early)
+		assert.Equal(t, 4, ep.tx.ordMax())
+		assert.EqualValues(t, 4, a.qp.Attr().ORD, "ibv_query_qp shows the program's ORD")
+	}
+}
+
 // Two devices of one process: one listener, QPNs told apart by index.
 func TestCMLessOneProcess(t *testing.T) {
 	p := testProc(t, 5*time.Second, time.Second)
@@ -424,6 +448,14 @@ func TestCMLessCancel(t *testing.T) {
 		bbuf, bmr := b.mem(4096, 0)
 		b.postRecv(rqe(77, sge(bmr, bbuf, 0, 64)))
 		b.failedWithin(2 * time.Second) // the peer's end is a lost connection
+	})
+	t.Run("no listener with port base 0", func(t *testing.T) {
+		p := testProc(t, time.Second, time.Second)
+		pol := p.policy
+		p.policy = func() Policy { q := pol(); q.QPPortBase = 0; return q }
+		s := newSideOn(t, testLo, p)
+		assert.Zero(t, p.Port())
+		assert.EqualValues(t, qpnNoSlot, s.qp.Num>>16)
 	})
 	t.Run("the listener closes with the last QP", func(t *testing.T) {
 		p := testProc(t, time.Second, time.Second)

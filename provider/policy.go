@@ -211,7 +211,7 @@ func PolicyFromEnv() Policy {
 	})
 	env("GOIWARP_QP_PORT_BASE", func(v string) bool {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n+qpnSlots > 65536 {
+		if err != nil || n < 0 || n+qpnSlots > 65536 {
 			return false
 		}
 		p.QPPortBase = n
