@@ -454,6 +454,7 @@ func (m *cmlessMgr) params(att *attempt) ConnParams {
 // to stop comes, or the deadline passes.
 func (m *cmlessMgr) dial(att *attempt, raddr *net.TCPAddr, pol Policy, ctx context.Context) {
 	defer att.wg.Done()
+	defer att.stop() // the deadline's timer
 	cp := m.params(att)
 	cp.PrivateData = hello{dst: att.peer.DestQPN, src: att.qp.Num, addr: att.local}.encode()
 	pause := 5 * time.Millisecond
