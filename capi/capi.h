@@ -48,7 +48,9 @@
  * QP state: after the CM attaches a connection (verbs.QP.Attach) the QP is in
  * RTS in Go; the C side reads the state from the ring header (ring->state), so
  * nothing else must be updated. ibv_modify_qp to RTS without a connection
- * returns EOPNOTSUPP (verbs decides).
+ * returns EOPNOTSUPP (verbs decides), unless RTR carried an address vector and
+ * a peer QPN: then the provider connects underneath (provider/cmless.go,
+ * installed as verbs' Connector in main.go).
  *
  * errno: Go exports return an errno value (0 = success); the C glue sets
  * errno (gcapi_err / gcapi_errp below).
@@ -70,12 +72,20 @@
 #define gcapi_container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
 
+/* GID table entries a device reports at most (verbs.MaxGIDs). */
+#define GCAPI_MAX_GIDS 16
+
 /* What Go tells C about a device. */
 struct gcapi_devinfo {
 	char name[IBV_SYSFS_NAME_MAX]; /* giw_<ifname> */
 	char ifname[IBV_SYSFS_NAME_MAX];
 	uint64_t guid; /* host order; big-endian on the ABI */
 	uint8_t gid[16];
+	/* The GID table (verbs.Device.GIDs): gids[0] is gid; then the
+	 * interface's addresses in RoCE v2 form (IPv4-mapped, IPv6). */
+	uint8_t gids[GCAPI_MAX_GIDS][16];
+	int32_t ngids;
+	uint16_t lid; /* verbs.Device.LID */
 	int32_t ifindex;
 	int32_t mtu;
 	uint32_t vendor_id;

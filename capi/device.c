@@ -370,6 +370,8 @@ static enum ibv_mtu mtu_enum(int mtu)
 	return IBV_MTU_256;
 }
 
+static int gid_count(struct ibv_context *ctx);
+
 static int fill_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *a)
 {
 	const struct gcapi_devinfo *info;
@@ -383,7 +385,10 @@ static int fill_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr
 	a->state = IBV_PORT_ACTIVE;
 	a->max_mtu = IBV_MTU_4096;
 	a->active_mtu = mtu_enum(info->mtu);
-	a->gid_tbl_len = 1;
+	a->gid_tbl_len = gid_count(ctx);
+	pthread_mutex_lock(&dev_lock);
+	a->lid = info->lid;
+	pthread_mutex_unlock(&dev_lock);
 	a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_DEVICE_MGMT_SUP | IBV_PORT_VENDOR_CLASS_SUP;
 	a->max_msg_sz = (uint32_t)gcapi_dev_limits()->max_msg_size;
 	a->pkey_tbl_len = 1;
@@ -416,11 +421,37 @@ int (ibv_query_port)(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_p
 			     offsetof(struct ibv_port_attr, port_cap_flags2));
 }
 
+/* The GID table: entry 0 is the MAC-based GID (type IB, as siw's), the
+ * others the interface's addresses in RoCE v2 form (verbs.Device.GIDs).
+ * Read under dev_lock: ibv_open_device and device-list refreshes rewrite
+ * info. */
+static int gid_at(struct ibv_context *ctx, uint32_t index, uint8_t out[16])
+{
+	const struct gcapi_devinfo *info = &gcapi_ctx(ctx)->gdev->info;
+	int ok;
+
+	pthread_mutex_lock(&dev_lock);
+	ok = index < (uint32_t)info->ngids;
+	if (ok)
+		memcpy(out, info->gids[index], 16);
+	pthread_mutex_unlock(&dev_lock);
+	return ok;
+}
+
+static int gid_count(struct ibv_context *ctx)
+{
+	int n;
+
+	pthread_mutex_lock(&dev_lock);
+	n = gcapi_ctx(ctx)->gdev->info.ngids;
+	pthread_mutex_unlock(&dev_lock);
+	return n > 0 ? n : 1;
+}
+
 int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
 {
-	if (!ctx || !gid || port != 1 || index != 0)
+	if (!ctx || !gid || port != 1 || index < 0 || !gid_at(ctx, (uint32_t)index, gid->raw))
 		return -1;
-	memcpy(gid->raw, gcapi_ctx(ctx)->gdev->info.gid, 16);
 	return 0;
 }
 
@@ -433,13 +464,12 @@ int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
 		return EINVAL;
 	if (port != 1)
 		return EINVAL;
-	if (index != 0)
-		return ENODATA;
 	memset(&e, 0, sizeof(e));
-	memcpy(e.gid.raw, gcapi_ctx(ctx)->gdev->info.gid, 16);
-	e.gid_index = 0;
+	if (!gid_at(ctx, index, e.gid.raw))
+		return ENODATA;
+	e.gid_index = index;
 	e.port_num = 1;
-	e.gid_type = IBV_GID_TYPE_IB;
+	e.gid_type = index == 0 ? IBV_GID_TYPE_IB : IBV_GID_TYPE_ROCE_V2;
 	e.ndev_ifindex = gcapi_ctx(ctx)->gdev->info.ifindex;
 	memcpy(entry, &e, sizeof(e));
 	return 0;
@@ -448,23 +478,34 @@ int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
 ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
 			     size_t max_entries, uint32_t flags, size_t entry_size)
 {
+	size_t n;
+
 	if (!ctx || flags || entry_size < sizeof(struct ibv_gid_entry))
 		return -EINVAL;
-	if (max_entries < 1)
-		return -EINVAL;
-	int e = _ibv_query_gid_ex(ctx, 1, 0, entries, 0, entry_size);
-	return e ? -e : 1;
+	n = (size_t)gid_count(ctx);
+	if (max_entries < n)
+		return -EINVAL; /* rdma-core: the table does not fit */
+	for (size_t i = 0; i < n; i++) {
+		int e = _ibv_query_gid_ex(ctx, 1, (uint32_t)i,
+					  (struct ibv_gid_entry *)((char *)entries + i * entry_size),
+					  0, entry_size);
+		if (e)
+			return -e;
+	}
+	return (ssize_t)n;
 }
 
 /* rdma-core private (IBVERBS_PRIVATE_34), imported by ibv_devinfo:
  * enum ibv_gid_type_sysfs { IB_ROCE_V1 = 0, ROCE_V2 = 1 }. */
 int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index, uint32_t *type)
 {
-	if (!ctx || !type || port != 1 || index != 0) {
+	uint8_t g[16];
+
+	if (!ctx || !type || port != 1 || !gid_at(ctx, index, g)) {
 		errno = EINVAL;
 		return -1;
 	}
-	*type = 0;
+	*type = index == 0 ? 0 : 1;
 	return 0;
 }
 

@@ -30,6 +30,15 @@ func fillDevInfo(o *C.struct_gcapi_devinfo, d *verbs.Device) {
 	for i := range gid {
 		o.gid[i] = C.uint8_t(gid[i])
 	}
+	gids := d.GIDs()
+	n := min(len(gids), int(C.GCAPI_MAX_GIDS))
+	for i := range n {
+		for j := range gids[i] {
+			o.gids[i][j] = C.uint8_t(gids[i][j])
+		}
+	}
+	o.ngids = C.int32_t(n)
+	o.lid = C.uint16_t(d.LID())
 	o.ifindex = C.int32_t(d.Index)
 	o.mtu = C.int32_t(d.MTU)
 	o.vendor_id = C.uint32_t(d.VendorID)

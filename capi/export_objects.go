@@ -6,6 +6,8 @@ package main
 import "C"
 
 import (
+	"unsafe"
+
 	"github.com/goiwarp/goiwarp/verbs"
 	"golang.org/x/sys/unix"
 )
@@ -180,7 +182,21 @@ func goVerbsModifyQP(h C.uintptr_t, a *C.struct_ibv_qp_attr, mask C.int) C.int {
 		ORD:           uint8(min(uint32(a.max_rd_atomic), 255)),
 		IRD:           uint8(min(uint32(a.max_dest_rd_atomic), 255)),
 		SQDrainNotify: a.en_sqd_async_notify != 0,
+		Peer: verbs.Peer{
+			Global:    a.ah_attr.is_global != 0,
+			SGIDIndex: uint8(a.ah_attr.grh.sgid_index),
+			DLID:      uint16(a.ah_attr.dlid),
+			DestQPN:   uint32(a.dest_qp_num) & 0xffffff,
+			RQPSN:     uint32(a.rq_psn) & 0xffffff,
+			SQPSN:     uint32(a.sq_psn) & 0xffffff,
+		},
+		PathMTU:     uint8(a.path_mtu),
+		Timeout:     uint8(a.timeout),
+		RetryCnt:    uint8(a.retry_cnt),
+		RNRRetry:    uint8(a.rnr_retry),
+		MinRNRTimer: uint8(a.min_rnr_timer),
 	}
+	attr.Peer.DGID = *(*[16]byte)(unsafe.Pointer(&a.ah_attr.grh.dgid))
 	return errnoOf(qp.Modify(attr, m))
 }
 
@@ -201,6 +217,22 @@ func goVerbsQueryQP(h C.uintptr_t, a *C.struct_ibv_qp_attr) C.int {
 	if at.SQDrainNotify {
 		a.en_sqd_async_notify = 1
 	}
+	// What a program connecting without a CM set (zero otherwise).
+	p := at.Peer
+	a.dest_qp_num = C.uint32_t(p.DestQPN)
+	a.rq_psn = C.uint32_t(p.RQPSN)
+	a.sq_psn = C.uint32_t(p.SQPSN)
+	a.ah_attr.dlid = C.uint16_t(p.DLID)
+	a.ah_attr.port_num = 1
+	if p.Global {
+		a.ah_attr.is_global = 1
+		a.ah_attr.grh.sgid_index = C.uint8_t(p.SGIDIndex)
+		*(*[16]byte)(unsafe.Pointer(&a.ah_attr.grh.dgid)) = p.DGID
+	}
+	a.timeout = C.uint8_t(at.Timeout)
+	a.retry_cnt = C.uint8_t(at.RetryCnt)
+	a.rnr_retry = C.uint8_t(at.RNRRetry)
+	a.min_rnr_timer = C.uint8_t(at.MinRNRTimer)
 	return 0
 }
 

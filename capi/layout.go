@@ -117,6 +117,11 @@ func cConstants() map[string]int64 {
 		"QPAttrAccessFlags": C.IBV_QP_ACCESS_FLAGS, "QPAttrPKeyIndex": C.IBV_QP_PKEY_INDEX,
 		"QPAttrPort": C.IBV_QP_PORT, "QPAttrMaxQPRdAtomic": C.IBV_QP_MAX_QP_RD_ATOMIC,
 		"QPAttrMaxDestRdAtom": C.IBV_QP_MAX_DEST_RD_ATOMIC, "QPAttrCap": C.IBV_QP_CAP,
+		"QPAttrAV": C.IBV_QP_AV, "QPAttrPathMTU": C.IBV_QP_PATH_MTU, "QPAttrTimeout": C.IBV_QP_TIMEOUT,
+		"QPAttrRetryCnt": C.IBV_QP_RETRY_CNT, "QPAttrRNRRetry": C.IBV_QP_RNR_RETRY,
+		"QPAttrRQPSN": C.IBV_QP_RQ_PSN, "QPAttrMinRNRTimer": C.IBV_QP_MIN_RNR_TIMER,
+		"QPAttrSQPSN": C.IBV_QP_SQ_PSN, "QPAttrDestQPN": C.IBV_QP_DEST_QPN,
+		"MaxGIDs": C.GCAPI_MAX_GIDS,
 
 		"SRQAttrMaxWR": C.IBV_SRQ_MAX_WR, "SRQAttrLimit": C.IBV_SRQ_LIMIT,
 

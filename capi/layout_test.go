@@ -108,6 +108,11 @@ func TestConstantsMatchC(t *testing.T) {
 		"QPAttrAccessFlags": verbs.QPAttrAccessFlags, "QPAttrPKeyIndex": verbs.QPAttrPKeyIndex,
 		"QPAttrPort": verbs.QPAttrPort, "QPAttrMaxQPRdAtomic": verbs.QPAttrMaxQPRdAtomic,
 		"QPAttrMaxDestRdAtom": verbs.QPAttrMaxDestRdAtom, "QPAttrCap": verbs.QPAttrCap,
+		"QPAttrAV": verbs.QPAttrAV, "QPAttrPathMTU": verbs.QPAttrPathMTU, "QPAttrTimeout": verbs.QPAttrTimeout,
+		"QPAttrRetryCnt": verbs.QPAttrRetryCnt, "QPAttrRNRRetry": verbs.QPAttrRNRRetry,
+		"QPAttrRQPSN": verbs.QPAttrRQPSN, "QPAttrMinRNRTimer": verbs.QPAttrMinRNRTimer,
+		"QPAttrSQPSN": verbs.QPAttrSQPSN, "QPAttrDestQPN": verbs.QPAttrDestQPN,
+		"MaxGIDs": verbs.MaxGIDs,
 
 		"SRQAttrMaxWR": verbs.SRQAttrMaxWR, "SRQAttrLimit": verbs.SRQAttrLimit,
 

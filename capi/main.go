@@ -10,4 +10,13 @@ package main
 */
 import "C"
 
+import (
+	"github.com/goiwarp/goiwarp/provider"
+	"github.com/goiwarp/goiwarp/verbs"
+)
+
+// QPs that programs connect with ibv_modify_qp alone (no CM) get their
+// numbers and their streams from the provider.
+func init() { verbs.SetConnector(provider.CMLess) }
+
 func main() {}

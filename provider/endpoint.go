@@ -40,8 +40,9 @@ type Endpoint struct {
 	remote *net.TCPAddr
 
 	neg      negotiated
-	mulpdu   int         // largest ULPDU we send
-	awaitRTR atomic.Bool // responder: not yet established
+	mulpdu   int          // largest ULPDU we send
+	awaitRTR atomic.Bool  // responder: not yet established
+	ordCap   atomic.Int32 // CM-less: the QP's max_rd_atomic when below neg.ord (0: none)
 
 	// dead: no more work is started or completed; the QP is in ERR (or
 	// being destroyed). Set under compMu.
@@ -70,6 +71,7 @@ type Endpoint struct {
 	hardOnce sync.Once
 	discOnce sync.Once
 	discT    atomic.Pointer[time.Timer] // Disconnect's bound on the peer's FIN
+	lingerT  atomic.Pointer[time.Timer] // streamEnded's, for a CM-less QP
 	gone     atomic.Bool                // closed hard: the QP's rings may go away
 }
 
@@ -366,6 +368,26 @@ func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool, 
 // error then needs no fail of its own.
 func (e *Endpoint) failed() bool { return e.dead.Load() || e.failStarted.Load() }
 
+// streamEnded is the end of the stream from the peer's side (FIN, reset) or
+// a read error. Normally the connection fails at once. A CM-less QP lingers
+// first: an InfiniBand program's peer that finished and destroyed its QP
+// (or exited) is invisible on IB until a send goes unanswered, so such
+// programs poll on after their peer left (ibv_rc_pingpong reaps its last
+// send completion with a batch that would hold the flushed receives).
+// Until the linger time passes the QP stays up with its receives posted; a
+// send fails it sooner, when writing to the closed stream fails.
+func (e *Endpoint) streamEnded() {
+	if e.pol == nil || !e.pol.cmless || e.pol.QPLinger <= 0 {
+		e.fail(nil, nil)
+		return
+	}
+	e.lingerT.Store(time.AfterFunc(e.pol.QPLinger, func() {
+		if !e.gone.Load() {
+			e.fail(nil, nil)
+		}
+	}))
+}
+
 // Disconnect closes the stream gracefully: queued work goes out first,
 // then FIN. Both sides then see Disconnected, their QPs in ERR and flushed.
 // It is idempotent and does not fail when the peer already closed.
@@ -408,8 +430,10 @@ func (e *Endpoint) Close(graceful bool) {
 		return
 	}
 	e.gone.Store(true)
-	if t := e.discT.Load(); t != nil {
-		t.Stop()
+	for _, t := range []*time.Timer{e.discT.Load(), e.lingerT.Load()} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 	e.compMu.Lock()
 	e.dead.Store(true)

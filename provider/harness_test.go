@@ -25,7 +25,13 @@ type side struct {
 }
 
 func newSide(t testing.TB) *side {
-	ctx, err := verbs.Open(&verbs.Device{Name: "giw_lo", Ifname: "lo"})
+	return newSideOn(t, &verbs.Device{Name: "giw_lo", Ifname: "lo"}, nil)
+}
+
+// newSideOn makes a side on dev whose QP is numbered (and, without a CM,
+// connected) by cn; nil is verbs' own numbering.
+func newSideOn(t testing.TB, dev *verbs.Device, cn verbs.Connector) *side {
+	ctx, err := verbs.Open(dev)
 	require.NoError(t, err)
 	s := &side{t: t, ctx: ctx, pd: ctx.AllocPD(), events: make(chan Event, 16)}
 	s.scq, err = ctx.CreateCQ(256, nil, 0)
@@ -33,7 +39,7 @@ func newSide(t testing.TB) *side {
 	s.rcq, err = ctx.CreateCQ(256, nil, 0)
 	require.NoError(t, err)
 	s.qp, err = ctx.CreateQP(verbs.QPInit{PD: s.pd, SendCQ: s.scq, RecvCQ: s.rcq,
-		Caps: verbs.QPCaps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 8, MaxRecvSGE: 8}})
+		Caps: verbs.QPCaps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 8, MaxRecvSGE: 8}, Connector: cn})
 	require.NoError(t, err)
 	require.NoError(t, s.qp.Modify(verbs.QPAttr{State: verbs.QPSInit, PortNum: 1,
 		AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead},

@@ -59,7 +59,26 @@ type Policy struct {
 	RNRTimeout time.Duration
 	// RefusedRetry is how long a refused TCP connect is tried again.
 	RefusedRetry time.Duration
+	// QPPortBase is the first port of the per-process listeners of
+	// connections set up without a CM (cmless.go); QPConnectTimeout bounds
+	// such a connection's set-up, from RTR.
+	QPPortBase       int
+	QPConnectTimeout time.Duration
+	// QPLinger: how long a CM-less QP whose peer closed the stream stays
+	// up before it fails (streamEnded); cmless marks the connections it
+	// makes.
+	QPLinger time.Duration
+	cmless   bool
 }
+
+// Defaults of GOIWARP_QP_PORT_BASE and GOIWARP_QP_CONNECT_TIMEOUT. The
+// port range (DefaultQPPortBase + 0 .. 254) is below Linux's ephemeral
+// ports and clear of perftest's (18515) and qperf's (19765) defaults.
+const (
+	DefaultQPPortBase       = 18600
+	DefaultQPConnectTimeout = 30 * time.Second
+	DefaultQPLinger         = time.Second
+)
 
 // DefaultRNRTimeout is GOIWARP_RNR_TIMEOUT's default.
 const DefaultRNRTimeout = time.Second
@@ -83,7 +102,8 @@ const (
 // DefaultPolicy is the siw-compatible default.
 func DefaultPolicy() Policy {
 	return Policy{Revision: 2, RTR: rtrWrite | rtrRead, Timeout: 10 * time.Second, MaxPrivData: 256,
-		RNRTimeout: DefaultRNRTimeout, RefusedRetry: DefaultRefusedRetry}
+		RNRTimeout: DefaultRNRTimeout, RefusedRetry: DefaultRefusedRetry,
+		QPPortBase: DefaultQPPortBase, QPConnectTimeout: DefaultQPConnectTimeout, QPLinger: DefaultQPLinger}
 }
 
 // PolicyFromEnv reads the GOIWARP_* variables above over DefaultPolicy.
@@ -187,6 +207,30 @@ func PolicyFromEnv() Policy {
 			return false
 		}
 		p.RefusedRetry = d
+		return true
+	})
+	env("GOIWARP_QP_PORT_BASE", func(v string) bool {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n+qpnSlots > 65536 {
+			return false
+		}
+		p.QPPortBase = n
+		return true
+	})
+	env("GOIWARP_QP_CONNECT_TIMEOUT", func(v string) bool {
+		d, ok := duration(v)
+		if !ok || d <= 0 {
+			return false
+		}
+		p.QPConnectTimeout = d
+		return true
+	})
+	env("GOIWARP_QP_LINGER", func(v string) bool {
+		d, ok := duration(v)
+		if !ok || d < 0 {
+			return false
+		}
+		p.QPLinger = d
 		return true
 	})
 	env("GOIWARP_MPA_PDMAX", func(v string) bool {

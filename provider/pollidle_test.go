@@ -47,6 +47,8 @@ func TestQuietPollerLeavesSocketToNetpoller(t *testing.T) {
 func TestQuietPollerReadsForDueResponse(t *testing.T) {
 	p := connectPair(t, pairOpts{})
 	ep := p.cli.ep
+	// The initiator starts its receive path just after it reports Established.
+	require.Eventually(t, func() bool { return ep.rx.Load() != nil }, 5*time.Second, time.Millisecond)
 	rx := ep.rx.Load()
 	for p.cli.scq.Progress() {
 	}

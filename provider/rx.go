@@ -356,7 +356,7 @@ func (rx *rxState) pump(fd uintptr) bool {
 		e.failEv(nil, err, rx.termAsync())
 	default:
 		// EOF, reset, or a local error: the stream is over.
-		e.fail(nil, nil)
+		e.streamEnded()
 	}
 	return true
 }
@@ -456,7 +456,7 @@ func (rx *rxState) loop() {
 			rx.ended = true
 			rx.tok.Unlock()
 			if !ended && !e.dead.Load() {
-				e.fail(nil, nil)
+				e.streamEnded()
 			}
 			ended = true
 		}

@@ -284,7 +284,14 @@ func (t *txState) init(e *Endpoint) {
 	t.wfn = t.writeFD
 }
 
-func (t *txState) ordMax() int { return max(int(t.e.neg.ord), 1) }
+func (t *txState) ordMax() int {
+	n := int(t.e.neg.ord)
+	if c := int(t.e.ordCap.Load()); c > 0 {
+		// A CM-less QP's program sets its ORD at RTS, after the exchange.
+		n = min(n, c)
+	}
+	return max(n, 1)
+}
 
 // burstGap: a doorbell that rings within this time of the end of the
 // previous one belongs to a burst of posts (perftest's bandwidth loop posts

@@ -121,3 +121,81 @@ func DeviceForIP(devs []*Device, ip net.IP) *Device {
 	}
 	return nil
 }
+
+// MaxGIDs bounds a device's GID table: entry 0 and up to MaxGIDs-1 addresses.
+const MaxGIDs = 16
+
+// GIDs is the port's GID table. Entry 0 is the MAC-based GID siw reports
+// (what the CM path has always shown); then one entry per IP address of the
+// interface in the forms RoCE v2 uses: IPv4 first, as IPv4-mapped IPv6
+// (::ffff:a.b.c.d), then IPv6 as is, each in the order the kernel lists
+// them. Programs that connect without a CM exchange one of these and hand
+// it back as ah_attr.grh.dgid; the address entries are what makes a GID
+// routable (see GIDAddr).
+func (d *Device) GIDs() [][16]byte {
+	t := [][16]byte{d.GID()}
+	for _, v4 := range []bool{true, false} {
+		for _, ip := range d.Addrs {
+			if (ip.To4() != nil) != v4 || len(t) == MaxGIDs {
+				continue
+			}
+			var g [16]byte
+			copy(g[:], ip.To16())
+			t = append(t, g)
+		}
+	}
+	return t
+}
+
+// GIDAddr is the IP address a GID names: an IPv4-mapped GID is the IPv4
+// address, any other GID in an IP form (not entry 0's MAC form) the IPv6
+// address. ok is false for the MAC form and the zero GID.
+func GIDAddr(g [16]byte) (ip net.IP, ok bool) {
+	if g == [16]byte{} {
+		return nil, false
+	}
+	ip = net.IP(g[:])
+	if v4 := ip.To4(); v4 != nil {
+		return v4, true
+	}
+	// The MAC form has the MAC in bytes 0-5 and zeros after: no IPv6
+	// address of a host looks like that (it would be in a reserved or
+	// multicast block with a zero interface id).
+	if [10]byte(g[6:]) == [10]byte{} {
+		return nil, false
+	}
+	return ip, true
+}
+
+// LID is the port's LID: the low 16 bits of the interface's first IPv4
+// address (0 without one). InfiniBand LIDs are addresses within a subnet;
+// so is this, within the address's /16. Programs that exchange only LIDs
+// (qperf without -cm1, ibv_rc_pingpong without -g) reach a peer in the
+// same /16 with it: see LIDAddr.
+func (d *Device) LID() uint16 {
+	if ip := d.IPv4(); ip != nil {
+		return uint16(ip[2])<<8 | uint16(ip[3])
+	}
+	return 0
+}
+
+// LIDAddr is the IPv4 address a peer's LID names, seen from d: d's first
+// IPv4 address with its low 16 bits replaced. ok is false for LID 0 or a
+// device without an IPv4 address.
+func (d *Device) LIDAddr(lid uint16) (net.IP, bool) {
+	ip := d.IPv4()
+	if ip == nil || lid == 0 {
+		return nil, false
+	}
+	return net.IPv4(ip[0], ip[1], byte(lid>>8), byte(lid)).To4(), true
+}
+
+// IPv4 is the interface's first IPv4 address, nil without one.
+func (d *Device) IPv4() net.IP {
+	for _, a := range d.Addrs {
+		if v4 := a.To4(); v4 != nil {
+			return v4
+		}
+	}
+	return nil
+}

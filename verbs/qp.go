@@ -38,6 +38,10 @@ type QPInit struct {
 	Caps           QPCaps
 	SigAll         bool
 	Cookie         uintptr // address of the C struct ibv_qp, for async events
+	// Connector numbers and connects the QP when its program uses no CM;
+	// nil means the installed one (SetConnector). Tests give each
+	// simulated process its own.
+	Connector Connector
 }
 
 // QPAttr is the part of struct ibv_qp_attr that iWARP uses.
@@ -49,6 +53,16 @@ type QPAttr struct {
 	ORD           uint8 // max_rd_atomic: Read/Atomic requests we may have outstanding
 	IRD           uint8 // max_dest_rd_atomic: Read/Atomic requests we serve at once
 	SQDrainNotify bool
+
+	// Connecting without a CM (see Connector): set at RTR and RTS, kept
+	// for ibv_query_qp. The rest of IB's path attributes mean nothing to
+	// a TCP stream and are accepted and kept only as far as these go.
+	Peer        Peer
+	PathMTU     uint8
+	Timeout     uint8
+	RetryCnt    uint8
+	RNRRetry    uint8
+	MinRNRTimer uint8
 }
 
 // Values of enum ibv_qp_attr_mask that iWARP QPs look at.
@@ -58,9 +72,18 @@ const (
 	QPAttrAccessFlags   = 1 << 3
 	QPAttrPKeyIndex     = 1 << 4
 	QPAttrPort          = 1 << 5
+	QPAttrAV            = 1 << 7
+	QPAttrPathMTU       = 1 << 8
+	QPAttrTimeout       = 1 << 9
+	QPAttrRetryCnt      = 1 << 10
+	QPAttrRNRRetry      = 1 << 11
+	QPAttrRQPSN         = 1 << 12
 	QPAttrMaxQPRdAtomic = 1 << 13
+	QPAttrMinRNRTimer   = 1 << 15
+	QPAttrSQPSN         = 1 << 16
 	QPAttrMaxDestRdAtom = 1 << 17
 	QPAttrCap           = 1 << 19
+	QPAttrDestQPN       = 1 << 20
 )
 
 // QP is a reliable-connected queue pair.
@@ -78,7 +101,11 @@ type QP struct {
 	mu   sync.Mutex
 	attr QPAttr
 	conn Transport
-	prog atomic.Pointer[progHolder] // conn, for the pollers' progress hook
+	// cmless: the QP was moved to RTR with an address vector and its
+	// connection is the Connector's business (connecting, or attached).
+	cmless bool
+	cn     Connector                  // the one that numbered the QP; nil without one
+	prog   atomic.Pointer[progHolder] // conn, for the pollers' progress hook
 
 	// Send queue shadow, guarded by sqMu: sqNext is the next entry to start
 	// (advanced by the TX token holder), sqDone marks finished entries so they
@@ -122,7 +149,22 @@ func (c *Context) CreateQP(in QPInit) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	qp := &QP{Ctx: c, PD: in.PD, Num: qpNumbers.Add(1), SendCQ: in.SendCQ, RecvCQ: in.RecvCQ,
+	cn := in.Connector
+	if cn == nil {
+		cn = currentConnector()
+	}
+	var num uint32
+	if cn != nil {
+		num = cn.Number()
+	} else {
+		num = qpNumbers.Add(1)
+	}
+	release := func() {
+		if cn != nil {
+			cn.Release(num)
+		}
+	}
+	qp := &QP{Ctx: c, PD: in.PD, Num: num, cn: cn, SendCQ: in.SendCQ, RecvCQ: in.RecvCQ,
 		SRQ: in.SRQ, SQ: sq, SigAll: in.SigAll, Cookie: in.Cookie,
 		sqDone: make([]sqResult, sq.Size()), recvWake: make(chan struct{}, 1)}
 	if in.SRQ != nil {
@@ -131,6 +173,7 @@ func (c *Context) CreateQP(in QPInit) (*QP, error) {
 	if in.SRQ == nil {
 		if qp.RQ, err = newRing(int(caps.MaxRecvWR), unsafe.Sizeof(RQE{})); err != nil {
 			sq.free()
+			release()
 			return nil, err
 		}
 		caps.MaxRecvWR = qp.RQ.Size()
@@ -188,6 +231,10 @@ func legalTransition(from, to QPState) bool {
 	return false
 }
 
+// cmlessMask is what makes INIT to RTR a connection without a CM: the
+// address vector and the peer's QP number.
+const cmlessMask = QPAttrAV | QPAttrDestQPN
+
 // Modify applies attributes selected by mask, as ibv_modify_qp does.
 func (qp *QP) Modify(a QPAttr, mask int) error {
 	qp.mu.Lock()
@@ -196,41 +243,43 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 	if mask&QPAttrState != 0 {
 		to = a.State
 	}
-	if mask&QPAttrCurState != 0 && a.State != cur && mask&QPAttrState == 0 {
+	fail := func(err error) error {
 		qp.mu.Unlock()
-		return unix.EINVAL
+		return err
+	}
+	if mask&QPAttrCurState != 0 && a.State != cur && mask&QPAttrState == 0 {
+		return fail(unix.EINVAL)
 	}
 	if !legalTransition(cur, to) {
-		qp.mu.Unlock()
-		return unix.EINVAL
+		return fail(unix.EINVAL)
 	}
 	// RESET to INIT needs what iw_cm's INIT attributes carry: access and port
 	// (IB also wants a pkey index, which iWARP has no use for).
 	if cur == QPSReset && to == QPSInit && mask&(QPAttrAccessFlags|QPAttrPort) != QPAttrAccessFlags|QPAttrPort {
-		qp.mu.Unlock()
-		return unix.EINVAL
+		return fail(unix.EINVAL)
 	}
-	if to == QPSRTS && cur != QPSRTS && qp.conn == nil {
-		// RTS needs the LLP stream: only the CM (or a handed-over socket) gets there.
-		qp.mu.Unlock()
-		return unix.EOPNOTSUPP
+	// INIT to RTR with an address vector and a peer QP number is how
+	// InfiniBand programs connect: the Connector sets up the stream.
+	startPeer := cur == QPSInit && to == QPSRTR && mask&cmlessMask == cmlessMask
+	if startPeer && (qp.cn == nil || qp.conn != nil) {
+		return fail(unix.EOPNOTSUPP)
+	}
+	if to == QPSRTS && cur != QPSRTS && qp.conn == nil && !qp.cmless {
+		// RTS needs the LLP stream: only the CM (or a handed-over socket)
+		// gets there, or a connection that RTR started.
+		return fail(unix.EOPNOTSUPP)
 	}
 	if mask&QPAttrPort != 0 && a.PortNum != 1 {
-		qp.mu.Unlock()
-		return unix.EINVAL
+		return fail(unix.EINVAL)
 	}
+	if mask&QPAttrMaxQPRdAtomic != 0 && a.ORD > MaxORD || mask&QPAttrMaxDestRdAtom != 0 && a.IRD > MaxIRD {
+		return fail(unix.EINVAL)
+	}
+	prev := qp.attr
 	if mask&QPAttrMaxQPRdAtomic != 0 {
-		if a.ORD > MaxORD {
-			qp.mu.Unlock()
-			return unix.EINVAL
-		}
 		qp.attr.ORD = a.ORD
 	}
 	if mask&QPAttrMaxDestRdAtom != 0 {
-		if a.IRD > MaxIRD {
-			qp.mu.Unlock()
-			return unix.EINVAL
-		}
 		qp.attr.IRD = a.IRD
 	}
 	if mask&QPAttrAccessFlags != 0 {
@@ -242,7 +291,9 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 	if mask&QPAttrPort != 0 {
 		qp.attr.PortNum = a.PortNum
 	}
+	qp.applyPath(a, mask)
 	conn := qp.conn
+	cmless := qp.cmless
 	if to == QPSReset || to == QPSErr || to == QPSSQD && cur == QPSRTS {
 		// Leaving RTS other than for SQD drops the connection; SQD closes it
 		// gracefully after the queued work (iWARP has no drained-and-resume).
@@ -250,8 +301,32 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 			qp.conn = nil
 		}
 	}
+	if to == QPSReset {
+		qp.cmless = false
+	}
+	if startPeer {
+		qp.cmless = true
+	}
 	qp.publishState(to)
+	peer := qp.attr.Peer
 	qp.mu.Unlock()
+
+	if startPeer {
+		if err := qp.cn.Start(qp, peer); err != nil {
+			// Nothing started: the QP stays as it was.
+			qp.mu.Lock()
+			if qp.attr.State == QPSRTR && qp.conn == nil {
+				qp.cmless = false
+				qp.attr = prev
+				qp.publishState(cur)
+			}
+			qp.mu.Unlock()
+			return err
+		}
+	}
+	if cmless && (to == QPSReset || to == QPSErr && cur != QPSErr) {
+		qp.cn.Cancel(qp)
+	}
 	if conn != nil && to != QPSSQD && (to == QPSReset || to == QPSErr) {
 		qp.setProg(nil)
 	}
@@ -269,20 +344,67 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 			conn.Close(false)
 		}
 		qp.resetQueues()
+	case to == QPSRTS && cmless && mask&QPAttrState != 0:
+		// (from RTR, or from the RTS the connection brought: Attach)
+		qp.cn.Ready(qp)
 	}
 	return nil
 }
 
+// applyPath keeps the IB path attributes a CM-less connection uses or
+// reports (under qp.mu).
+func (qp *QP) applyPath(a QPAttr, mask int) {
+	p := &qp.attr.Peer
+	if mask&QPAttrAV != 0 {
+		p.Global, p.DGID, p.SGIDIndex, p.DLID = a.Peer.Global, a.Peer.DGID, a.Peer.SGIDIndex, a.Peer.DLID
+	}
+	if mask&QPAttrDestQPN != 0 {
+		p.DestQPN = a.Peer.DestQPN
+	}
+	if mask&QPAttrRQPSN != 0 {
+		p.RQPSN = a.Peer.RQPSN
+	}
+	if mask&QPAttrSQPSN != 0 {
+		p.SQPSN = a.Peer.SQPSN
+	}
+	if mask&QPAttrPathMTU != 0 {
+		qp.attr.PathMTU = a.PathMTU
+	}
+	if mask&QPAttrTimeout != 0 {
+		qp.attr.Timeout = a.Timeout
+	}
+	if mask&QPAttrRetryCnt != 0 {
+		qp.attr.RetryCnt = a.RetryCnt
+	}
+	if mask&QPAttrRNRRetry != 0 {
+		qp.attr.RNRRetry = a.RNRRetry
+	}
+	if mask&QPAttrMinRNRTimer != 0 {
+		qp.attr.MinRNRTimer = a.MinRNRTimer
+	}
+}
+
 // Attach binds the connection and moves the QP to RTS. ird/ord are the
-// negotiated limits.
+// negotiated limits. A QP connected without a CM keeps the IRD/ORD its
+// program set (it sets its ORD at RTS, maybe after this) and goes to RTS
+// from RTR too: iWARP programs expect to send from a QP they left in RTR
+// (perftest's send_bw server, which never moves to RTS, returns receive
+// credits with Sends, as it may once rdma_accept made its QP RTS).
 func (qp *QP) Attach(conn Transport, ird, ord uint8) error {
 	qp.mu.Lock()
-	if s := qp.attr.State; s != QPSInit && s != QPSRTR {
+	s := qp.attr.State
+	ok := s == QPSInit || s == QPSRTR
+	if qp.cmless {
+		ok = (s == QPSRTR || s == QPSRTS) && qp.conn == nil
+	}
+	if !ok {
 		qp.mu.Unlock()
 		return unix.EINVAL
 	}
 	qp.conn = conn
-	qp.attr.IRD, qp.attr.ORD = ird, ord
+	if !qp.cmless {
+		qp.attr.IRD, qp.attr.ORD = ird, ord
+	}
 	qp.publishState(QPSRTS)
 	qp.mu.Unlock()
 	qp.setProg(conn)
@@ -291,6 +413,14 @@ func (qp *QP) Attach(conn Transport, ird, ord uint8) error {
 		conn.Kick()
 	}
 	return nil
+}
+
+// Connected reports whether the QP has its stream (for a CM-less QP in
+// RTR or RTS: whether the connection came up).
+func (qp *QP) Connected() bool {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.conn != nil
 }
 
 // SetError moves the QP to ERR from the engine: the connection failed or a
@@ -567,8 +697,16 @@ func (qp *QP) Destroy() {
 	qp.mu.Lock()
 	conn := qp.conn
 	qp.conn = nil
+	cmless := qp.cmless
+	qp.cmless = false
 	qp.publishState(QPSReset)
 	qp.mu.Unlock()
+	if cmless {
+		qp.cn.Cancel(qp)
+	}
+	if qp.cn != nil {
+		defer qp.cn.Release(qp.Num)
+	}
 	qp.setProg(nil)
 	qp.SendCQ.unregister(qp)
 	if qp.RecvCQ != qp.SendCQ {
