@@ -170,3 +170,16 @@ func TestTeardownRace(t *testing.T) {
 		})
 	}
 }
+
+func TestCalibrationFailed(t *testing.T) {
+	for _, tc := range []struct {
+		out  string
+		want bool
+	}{
+		{"Correlation coefficient r^2: 0.7815 < 0.9\nCan't produce a report\n", true},
+		{" #bytes #iterations BW peak[MB/sec]\n 4096 200 0.00 1.00 0.000244\n", false},
+		{"Correlation coefficient r^2: 0.95\n", false},
+	} {
+		require.Equal(t, tc.want, calibrationFailed.MatchString(tc.out), tc.out)
+	}
+}

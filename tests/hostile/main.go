@@ -218,6 +218,9 @@ func rpingTeardownRace(err error, out string) bool {
 		strings.Contains(out, "rdma_get_cm_event: Bad file descriptor")
 }
 
+// calibrationFailed is perftest's line when its clock calibration failed.
+var calibrationFailed = regexp.MustCompile(`(?m)^Correlation coefficient r\^2: \S+ < 0\.9$`)
+
 // perftestSuite: a perftest -R server serves one client and exits. The MPA
 // attacks never reach it (goiwarp's listener drops them), so one server
 // takes them all and then must serve a legitimate client's full run. The
@@ -236,13 +239,24 @@ func (r *runner) perftestSuite(bin string, port int) {
 	t := &target{r: r, addr: "127.0.0.1:" + ps}
 	r.attackAll(srv, t, preMPAAttacks, false)
 	out, err := r.client(30*time.Second, append(args(port), "127.0.0.1")...)
-	if err == nil && !strings.Contains(out, "#bytes") {
+	// perftest's own clock calibration can fail on a busy machine (its
+	// cycles-per-µs fit has r^2 < 0.9): it then exits 1 without a table on
+	// either side after a complete run. Not ours to judge; the server
+	// must still end without crashing.
+	var ee *exec.ExitError
+	uncalibrated := calibrationFailed.MatchString(out) &&
+		(err == nil || errors.As(err, &ee) && ee.ExitCode() > 0) // not killed, not timed out
+	observed := "-"
+	if uncalibrated {
+		observed = "perftest's calibration failed (r^2 < 0.9): exit status not judged"
+		err = nil
+	} else if err == nil && !strings.Contains(out, "#bytes") {
 		err = fmt.Errorf("no result table:\n%s", out)
 	}
 	if err == nil {
 		select {
 		case <-srv.done:
-			if st := srv.status(); st != "exit 0" {
+			if st := srv.status(); st != "exit 0" && !(uncalibrated && strings.HasPrefix(st, "exit ")) {
 				err = fmt.Errorf("server %s", st)
 			}
 		case <-time.After(10 * time.Second):
@@ -252,7 +266,7 @@ func (r *runner) perftestSuite(bin string, port int) {
 	} else {
 		srv.kill()
 	}
-	r.row(bin, "(legit client after the MPA attacks)", "", "both exit 0", "-", err)
+	r.row(bin, "(legit client after the MPA attacks)", "", "both exit 0", observed, err)
 	for i, a := range []*attack{invalidSTagAttack, sendTooLongAttack} {
 		if !r.only.MatchString(a.name) {
 			continue
