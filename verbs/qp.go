@@ -190,6 +190,7 @@ func (c *Context) CreateQP(in QPInit) (*QP, error) {
 	if qp.RecvCQ != qp.SendCQ {
 		qp.RecvCQ.register(qp)
 	}
+	qpTable.Store(qp.Num, qp)
 	return qp, nil
 }
 
@@ -250,7 +251,17 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 	if mask&QPAttrCurState != 0 && a.State != cur && mask&QPAttrState == 0 {
 		return fail(unix.EINVAL)
 	}
-	if !legalTransition(cur, to) {
+	if to != cur && (to == QPSInit || to == QPSRTR) && (cur == QPSRTS || cur == QPSSQD) {
+		// A connected iWARP QP ignores a move back to INIT or RTR, as siw
+		// does: programs that drive a QP of their own replay the
+		// rdma_init_qp_attr sequence INIT, RTR, RTS once ESTABLISHED
+		// (rping -q, cmtime), while the CM already put it in RTS.
+		to = cur
+	}
+	if mask&QPAttrState != 0 && !legalTransition(cur, to) {
+		// Without QPAttrState nothing changes state (siw, iWARP): only
+		// the attributes named apply, as rdma_init_qp_attr's RTS answer
+		// (IBV_QP_PORT alone) in RTR.
 		return fail(unix.EINVAL)
 	}
 	// RESET to INIT needs what iw_cm's INIT attributes carry: access and port
@@ -694,6 +705,7 @@ func (qp *QP) CompleteRecv(e *RQE, c CQE, solicited bool) {
 
 // Destroy releases the QP's rings; the connection, if any, is aborted.
 func (qp *QP) Destroy() {
+	qpTable.Delete(qp.Num)
 	qp.mu.Lock()
 	conn := qp.conn
 	qp.conn = nil
