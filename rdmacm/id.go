@@ -208,6 +208,14 @@ func (id *ID) bindLocked(a *net.TCPAddr) error {
 	if dev == "" && !a.IP.IsUnspecified() {
 		return unix.EADDRNOTAVAIL
 	}
+	if a.IP.IsLoopback() {
+		// The kernel's rdma_cm binds a loopback address as it binds the
+		// wildcard (cma_any_addr): the id gets no device until a
+		// connection names one (siw 6.1: verbs NULL after binding
+		// 127.0.0.1 or ::1). libfabric's verbs provider relies on it: it
+		// binds "localhost" and keeps only the device the id reports.
+		dev = ""
+	}
 	fd, bound, err := bindSocket(a, id.afonly, id.tos)
 	if err != nil {
 		return err

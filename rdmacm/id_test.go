@@ -389,9 +389,16 @@ func TestInitQPAttr(t *testing.T) {
 			require.NoError(t, id.Bind(&net.TCPAddr{IP: net.IPv4zero}))
 			return id
 		}, refused},
-		{"bound", func() *ID {
+		{"bound to loopback (no device, as the kernel binds it)", func() *ID {
 			id := newID()
 			require.NoError(t, id.Bind(loopback()))
+			return id
+		}, refused},
+		{"resolved from a loopback source", func() *ID {
+			id := newID()
+			require.NoError(t, id.Bind(loopback()))
+			require.NoError(t, id.ResolveAddr(nil, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 9}, time.Second))
+			ack(EventAddrResolved)
 			return id
 		}, noConn},
 		{"listening", func() *ID {

@@ -370,6 +370,16 @@ static int t_appqp(void)
 	REQUIRE(ibv_post_send(ca.qp, &swr, &bad) == 0);
 	wc = poll1(ca.cq);
 	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_WRITE);
+	/* The Write completes when sent; a Send after it arrives once it is placed. */
+	rsge.addr = (uintptr_t)sa.buf + 3072;
+	REQUIRE(ibv_post_recv(sa.qp, &rwr, &rbad) == 0);
+	sge.length = 8;
+	swr.wr_id = 4;
+	swr.opcode = IBV_WR_SEND;
+	REQUIRE(ibv_post_send(ca.qp, &swr, &bad) == 0);
+	CHECK(poll1(ca.cq).status == IBV_WC_SUCCESS);
+	wc = poll1(sa.cq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.byte_len == 8);
 	CHECK(memcmp(sa.buf + 1024, ca.buf, 1024) == 0);
 
 	/* rping -q's disconnect: the QP to ERR first, then rdma_disconnect */
