@@ -221,7 +221,10 @@ func legalTransition(from, to QPState) bool {
 	case QPSInit:
 		return from == QPSReset || from == QPSInit
 	case QPSRTR:
-		return from == QPSInit
+		// RTR again is nothing, as siw ignores it: a modify without a
+		// state, or naming RTR, in RTR (rdma_init_qp_attr's RTS answer
+		// is IBV_QP_PORT alone).
+		return from == QPSInit || from == QPSRTR
 	case QPSRTS:
 		return from == QPSRTR || from == QPSRTS || from == QPSSQD || from == QPSSQE
 	case QPSSQD:
@@ -236,12 +239,20 @@ func legalTransition(from, to QPState) bool {
 // address vector and the peer's QP number.
 const cmlessMask = QPAttrAV | QPAttrDestQPN
 
+// backToSetup: a connected iWARP QP ignores a move back to INIT or RTR, as
+// siw does. Programs that drive a QP of their own replay the
+// rdma_init_qp_attr sequence INIT, RTR, RTS once ESTABLISHED (rping -q,
+// cmtime), while the CM put the QP in RTS already.
+func backToSetup(cur, to QPState) bool {
+	return (cur == QPSRTS || cur == QPSSQD) && (to == QPSInit || to == QPSRTR)
+}
+
 // Modify applies attributes selected by mask, as ibv_modify_qp does.
 func (qp *QP) Modify(a QPAttr, mask int) error {
 	qp.mu.Lock()
 	cur := qp.attr.State
 	to := cur
-	if mask&QPAttrState != 0 {
+	if mask&QPAttrState != 0 && !backToSetup(cur, a.State) {
 		to = a.State
 	}
 	fail := func(err error) error {
@@ -251,17 +262,7 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 	if mask&QPAttrCurState != 0 && a.State != cur && mask&QPAttrState == 0 {
 		return fail(unix.EINVAL)
 	}
-	if to != cur && (to == QPSInit || to == QPSRTR) && (cur == QPSRTS || cur == QPSSQD) {
-		// A connected iWARP QP ignores a move back to INIT or RTR, as siw
-		// does: programs that drive a QP of their own replay the
-		// rdma_init_qp_attr sequence INIT, RTR, RTS once ESTABLISHED
-		// (rping -q, cmtime), while the CM already put it in RTS.
-		to = cur
-	}
-	if mask&QPAttrState != 0 && !legalTransition(cur, to) {
-		// Without QPAttrState nothing changes state (siw, iWARP): only
-		// the attributes named apply, as rdma_init_qp_attr's RTS answer
-		// (IBV_QP_PORT alone) in RTR.
+	if !legalTransition(cur, to) {
 		return fail(unix.EINVAL)
 	}
 	// RESET to INIT needs what iw_cm's INIT attributes carry: access and port

@@ -31,7 +31,8 @@ func TestModifyAsIWARP(t *testing.T) {
 	}{
 		{"rtr: the rts answer (port alone) changes no state", false, QPAttr{State: QPSRTS, PortNum: 1}, QPAttrPort, nil, QPSRTR},
 		{"rtr: a bad port alone is refused", false, QPAttr{PortNum: 2}, QPAttrPort, unix.EINVAL, QPSRTR},
-		{"rtr to rtr with the state named is refused", false, QPAttr{State: QPSRTR, PortNum: 1}, QPAttrState | QPAttrPort, unix.EINVAL, QPSRTR},
+		{"rtr to rtr with the state named is nothing", false, QPAttr{State: QPSRTR, PortNum: 1}, QPAttrState | QPAttrPort, nil, QPSRTR},
+		{"rtr back to init is refused", false, QPAttr{State: QPSInit, PortNum: 1}, QPAttrState | QPAttrPort, unix.EINVAL, QPSRTR},
 		{"rts ignores init", true, initAttr, initMask, nil, QPSRTS},
 		{"rts ignores rtr", true, QPAttr{State: QPSRTR, PortNum: 1, AccessFlags: initAttr.AccessFlags}, initMask, nil, QPSRTS},
 		{"rts still goes to err", true, QPAttr{State: QPSErr}, QPAttrState, nil, QPSErr},
