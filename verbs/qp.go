@@ -239,14 +239,6 @@ func legalTransition(from, to QPState) bool {
 // address vector and the peer's QP number.
 const cmlessMask = QPAttrAV | QPAttrDestQPN
 
-// backToSetup: a connected iWARP QP ignores a move back to INIT or RTR, as
-// siw does. Programs that drive a QP of their own replay the
-// rdma_init_qp_attr sequence INIT, RTR, RTS once ESTABLISHED (rping -q,
-// cmtime), while the CM put the QP in RTS already.
-func backToSetup(cur, to QPState) bool {
-	return (cur == QPSRTS || cur == QPSSQD) && (to == QPSInit || to == QPSRTR)
-}
-
 // Modify applies attributes selected by mask, as ibv_modify_qp does.
 func (qp *QP) Modify(a QPAttr, mask int) error {
 	qp.mu.Lock()
