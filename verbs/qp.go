@@ -698,7 +698,7 @@ func (qp *QP) CompleteRecv(e *RQE, c CQE, solicited bool) {
 
 // Destroy releases the QP's rings; the connection, if any, is aborted.
 func (qp *QP) Destroy() {
-	qpTable.Delete(qp.Num)
+	qpTable.CompareAndDelete(qp.Num, qp)
 	qp.mu.Lock()
 	conn := qp.conn
 	qp.conn = nil
