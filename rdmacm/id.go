@@ -484,9 +484,10 @@ func (id *ID) connect(qp *verbs.QP, app bool, p provider.ConnParams) error {
 	defer id.mu.Unlock()
 	if err != nil {
 		if errnoOf(err) == unix.ECONNREFUSED {
-			// Nobody listens: REJECTED, as a TCP RST gives on iWARP.
+			// Nobody listens: REJECTED, as a TCP RST gives on iWARP
+			// (status: rejectStatus).
 			id.state = StateClosed
-			id.queueLocked(&Event{Type: EventRejected, Status: -int(unix.ECONNREFUSED)})
+			id.queueLocked(&Event{Type: EventRejected, Status: rejectStatus(err)})
 			return nil
 		}
 		if id.state == StateConnect {
@@ -620,6 +621,23 @@ func (id *ID) Disconnect() (pending bool, err error) {
 	return true, nil
 }
 
+// rejectStatus is REJECTED's status as the kernel's iWARP CM reports it:
+// cma_iw_handler turns a CONNECT_REPLY of -ECONNRESET or -ECONNREFUSED into
+// REJECTED with the driver's status, and the drivers give
+//   - an MPA reject frame (err nil): -ECONNREFUSED, as iw_cxgb4 (siw 6.1
+//     reports -ECONNRESET);
+//   - a refused TCP connection (ECONNREFUSED): -ECONNRESET, as iw_cxgb4
+//     reports its failed active open (CPL_ERR_CONN_RESET; siw instead fails
+//     rdma_connect itself with ECONNREFUSED);
+//   - a reset or close before the MPA reply (ECONNRESET): -ECONNRESET, as
+//     siw's PEER_CLOSE in AWAIT_MPAREP and iw_cxgb4's peer abort.
+func rejectStatus(err error) int {
+	if err == nil {
+		return -int(unix.ECONNREFUSED)
+	}
+	return -int(unix.ECONNRESET)
+}
+
 func eventErrno(err error, def unix.Errno) int {
 	if err == nil {
 		return -int(def)
@@ -656,12 +674,7 @@ func (id *ID) onConnEvent(ev provider.Event) {
 			return
 		}
 		id.state = StateClosed
-		// The kernel's cma_iw_handler reports a CONNECT_REPLY of status
-		// -ECONNRESET or -ECONNREFUSED as REJECTED with that status: an
-		// MPA reject frame or a refused TCP connection (-ECONNREFUSED), a
-		// reset or close during the MPA exchange (-ECONNRESET, siw's
-		// PEER_CLOSE in AWAIT_MPAREP).
-		e = &Event{Type: EventRejected, Status: eventErrno(ev.Err, unix.ECONNREFUSED),
+		e = &Event{Type: EventRejected, Status: rejectStatus(ev.Err),
 			PrivateData: slices.Clone(ev.Params.PrivateData)}
 	case provider.Unreachable, provider.ConnectError:
 		if st != StateConnect && st != StateAccepting {

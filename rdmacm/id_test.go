@@ -122,7 +122,7 @@ func TestActiveEventMapping(t *testing.T) {
 			[]provider.Event{{Type: provider.Rejected, Params: provider.ConnParams{PrivateData: []byte("no")}}},
 			[]EventType{EventRejected}, []int{-int(unix.ECONNREFUSED)}},
 		{"nobody listening", []provider.Event{{Type: provider.Rejected, Err: unix.ECONNREFUSED}},
-			[]EventType{EventRejected}, []int{-int(unix.ECONNREFUSED)}},
+			[]EventType{EventRejected}, []int{-int(unix.ECONNRESET)}},
 		{"reset or closed during mpa", []provider.Event{{Type: provider.Rejected, Err: unix.ECONNRESET}},
 			[]EventType{EventRejected}, []int{-int(unix.ECONNRESET)}},
 		{"mpa timeout", []provider.Event{{Type: provider.Unreachable}},
