@@ -7,7 +7,7 @@
 set -euo pipefail
 build_pkgs=(cmake make gcc g++ pkg-config binutils file git
   libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest)
-test_pkgs=(qperf tshark iperf3 python3 procps iproute2 coreutils)
+test_pkgs=(qperf tshark iperf3 python3 procps iproute2 coreutils libfabric-bin util-linux)
 optional_pkgs=(dwarves)   # pahole, for the ABI test; installed when apt has it
 bench_pkgs=(qperf iperf3 ucx-utils strace python3 procps)
 

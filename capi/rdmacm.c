@@ -459,27 +459,30 @@ __be16 rdma_get_dst_port(struct rdma_cm_id *id)
 
 /* ---- QPs ------------------------------------------------------------------- */
 
+/* The answers are rdmacm.ID.InitQPAttr's: what the kernel gives for iWARP in
+ * each state of the id. */
 int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
 {
+	int access = 0, port = 0, mask = 0, e;
+	enum ibv_qp_state state;
+	uint32_t rate_limit;
+
 	if (!id || !qp_attr || !qp_attr_mask)
 		return gcm_err(EINVAL);
-	switch (qp_attr->qp_state) {
-	case IBV_QPS_INIT:
-	case IBV_QPS_RTR:
-		/* iw_cm's INIT/RTR attributes; the pkey index is also named
-		 * because the verbs RESET->INIT transition requires it. */
-		qp_attr->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-					   IBV_ACCESS_REMOTE_READ;
-		qp_attr->pkey_index = 0;
-		qp_attr->port_num = id->port_num ? id->port_num : 1;
-		*qp_attr_mask = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PORT | IBV_QP_PKEY_INDEX;
-		return 0;
-	case IBV_QPS_RTS:
-		*qp_attr_mask = IBV_QP_STATE;
-		return 0;
-	default:
-		return gcm_err(EINVAL);
-	}
+	state = qp_attr->qp_state;
+	e = goCMInitQPAttr(gcm_id_of(id)->h, (int)state, &access, &port, &mask);
+	if (e)
+		return gcm_err(e);
+	/* librdmacm copies the kernel's whole answer over the attributes
+	 * (ibv_copy_qp_attr_from_kern): all but rate_limit, zero but these. */
+	rate_limit = qp_attr->rate_limit;
+	memset(qp_attr, 0, sizeof(*qp_attr));
+	qp_attr->rate_limit = rate_limit;
+	qp_attr->qp_state = state;
+	qp_attr->qp_access_flags = access;
+	qp_attr->port_num = port;
+	*qp_attr_mask = mask;
+	return 0;
 }
 
 static int gcm_init_conn_qp(struct rdma_cm_id *id, struct ibv_qp *qp)
@@ -725,10 +728,11 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	uint8_t pd[GCM_PDATA_MAX];
 	int ird, ord, n, e;
 
-	if (!id)
+	/* iWARP connects a QP: the id's, or without one the application's own
+	 * named by conn_param->qp_num (librdmacm's ucma_valid_param, then the
+	 * kernel's iw_cm_connect looks the number up). */
+	if (!id || (!id->qp && !conn_param))
 		return gcm_err(EINVAL);
-	if (!id->qp)
-		return gcm_err(EINVAL); /* iWARP connects a QP */
 	lim = gcapi_dev_limits();
 	ord = gcm_depth(GCM_ASKED(conn_param, initiator_depth, RDMA_MAX_INIT_DEPTH), lim->max_ord,
 			lim->max_ord);
@@ -737,8 +741,9 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	n = gcm_pdata(g, conn_param, pd);
 	if (ord < 0 || ird < 0 || n < 0)
 		return gcm_err(EINVAL);
-	gcm_qp_to_init(id);
-	e = goCMConnect(g->h, id->qp, pd, n, ird, ord);
+	if (id->qp)
+		gcm_qp_to_init(id);
+	e = goCMConnect(g->h, id->qp, id->qp ? 0 : conn_param->qp_num, pd, n, ird, ord);
 	if (e)
 		return gcm_err(e);
 	if (g->connect_len) {
@@ -756,7 +761,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	uint8_t pd[GCM_PDATA_MAX];
 	int ird, ord, n, e;
 
-	if (!id || !id->qp)
+	if (!id || (!id->qp && !conn_param))
 		return gcm_err(EINVAL);
 	/* Unasked, the values of the connect request. */
 	lim = gcapi_dev_limits();
@@ -767,8 +772,9 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	n = gcm_pdata(g, conn_param, pd);
 	if (ord < 0 || ird < 0 || n < 0)
 		return gcm_err(EINVAL);
-	gcm_qp_to_init(id);
-	e = goCMAccept(g->h, id->qp, pd, n, ird, ord);
+	if (id->qp)
+		gcm_qp_to_init(id);
+	e = goCMAccept(g->h, id->qp, id->qp ? 0 : conn_param->qp_num, pd, n, ird, ord);
 	if (e)
 		return gcm_err(e);
 	return gcm_complete(id);
@@ -808,12 +814,12 @@ int rdma_disconnect(struct rdma_cm_id *id)
 	return pending ? gcm_complete(id) : 0;
 }
 
+/* iWARP has no CONNECT_RESPONSE: see rdmacm.ID.Establish. */
 int rdma_establish(struct rdma_cm_id *id)
 {
 	if (!id || id->qp)
 		return gcm_err(EINVAL);
-	/* iWARP has no CONNECT_RESPONSE: a connection always carries a QP. */
-	return gcm_err(EOPNOTSUPP);
+	return gcm_ret(goCMEstablish(gcm_id_of(id)->h));
 }
 
 int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/goiwarp/goiwarp/provider"
 	"github.com/goiwarp/goiwarp/rdmacm"
+	"github.com/goiwarp/goiwarp/verbs"
 )
 
 // The librdmacm glue: every goCM* export converts its arguments, calls the
@@ -255,22 +256,60 @@ func goCMListen(h C.uintptr_t, backlog C.int, out *C.struct_gcm_addrs) C.int {
 	return 0
 }
 
+// goCMConnect connects the id's QP, or without one (qp NULL) the
+// application's own QP numbered qpn.
+//
 //export goCMConnect
-func goCMConnect(h C.uintptr_t, qp *C.struct_ibv_qp, pd unsafe.Pointer, pdLen C.int, ird, ord C.int) C.int {
+func goCMConnect(h C.uintptr_t, qp *C.struct_ibv_qp, qpn C.uint32_t, pd unsafe.Pointer, pdLen C.int, ird, ord C.int) C.int {
 	id := cmID(h)
 	if id == nil {
 		return C.EINVAL
 	}
-	return errnoOf(id.Connect(qpOf(qp), cmConnParams(pd, pdLen, ird, ord)))
+	p := cmConnParams(pd, pdLen, ird, ord)
+	if qp == nil {
+		return errnoOf(id.ConnectQPNum(uint32(qpn), p))
+	}
+	return errnoOf(id.Connect(qpOf(qp), p))
 }
 
+// goCMAccept is goCMConnect's passive twin.
+//
 //export goCMAccept
-func goCMAccept(h C.uintptr_t, qp *C.struct_ibv_qp, pd unsafe.Pointer, pdLen C.int, ird, ord C.int) C.int {
+func goCMAccept(h C.uintptr_t, qp *C.struct_ibv_qp, qpn C.uint32_t, pd unsafe.Pointer, pdLen C.int, ird, ord C.int) C.int {
 	id := cmID(h)
 	if id == nil {
 		return C.EINVAL
 	}
-	return errnoOf(id.Accept(qpOf(qp), cmConnParams(pd, pdLen, ird, ord)))
+	p := cmConnParams(pd, pdLen, ird, ord)
+	if qp == nil {
+		return errnoOf(id.AcceptQPNum(uint32(qpn), p))
+	}
+	return errnoOf(id.Accept(qpOf(qp), p))
+}
+
+//export goCMEstablish
+func goCMEstablish(h C.uintptr_t) C.int {
+	id := cmID(h)
+	if id == nil {
+		return C.EINVAL
+	}
+	return errnoOf(id.Establish())
+}
+
+// goCMInitQPAttr is rdma_init_qp_attr's answer for QP state state.
+//
+//export goCMInitQPAttr
+func goCMInitQPAttr(h C.uintptr_t, state C.int, access, port, mask *C.int) C.int {
+	id := cmID(h)
+	if id == nil || state < 0 {
+		return C.EINVAL
+	}
+	a, m, err := id.InitQPAttr(verbs.QPState(state))
+	if err != nil {
+		return errnoOf(err)
+	}
+	*access, *port, *mask = C.int(a.AccessFlags), C.int(a.PortNum), C.int(m)
+	return 0
 }
 
 //export goCMReject

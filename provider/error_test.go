@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/goiwarp/provider/wire"
 	"github.com/goiwarp/goiwarp/verbs"
 	"github.com/stretchr/testify/require"
 )
@@ -420,6 +421,59 @@ func TestConnectRefusedRetry(t *testing.T) {
 				require.ErrorIs(t, ev.Err, syscall.ECONNREFUSED)
 				require.GreaterOrEqual(t, time.Since(start), tc.window)
 			}
+		})
+	}
+}
+
+// A peer that resets or closes the TCP connection after reading our MPA
+// request, before any reply: Rejected with ECONNRESET, as siw reports its
+// PEER_CLOSE in AWAIT_MPAREP (measured on siw 6.1: REJECTED, status -104,
+// for both). A part of a reply first changes nothing. The QP stays in INIT.
+func TestConnectPeerGoneDuringMPA(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reset bool
+		first []byte // written before the close
+	}{
+		{"reset", true, nil},
+		{"close", false, nil},
+		{"reset within the reply header", true, []byte("MPA ID Rep")},
+		{"close within the reply header", false, []byte("MPA ID Rep")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newSide(t)
+			pol := DefaultPolicy()
+			tl, err := netListen()
+			require.NoError(t, err)
+			defer tl.Close()
+			got := make(chan int, 1)
+			go func() {
+				conn, err := tl.Accept()
+				if err != nil {
+					got <- -1
+					return
+				}
+				// The whole request: a close with unread bytes would
+				// be a reset, whatever the case asks for.
+				var req [wire.MPAHeaderLen]byte
+				n, _ := io.ReadFull(conn, req[:])
+				pd := make([]byte, int(req[18])<<8|int(req[19]))
+				_, _ = io.ReadFull(conn, pd)
+				got <- n
+				if tc.first != nil {
+					_, _ = conn.Write(tc.first)
+				}
+				if tc.reset {
+					_ = conn.(*net.TCPConn).SetLinger(0)
+				}
+				conn.Close()
+			}()
+			_, err = connectPolicy(c.qp, nil, tl.Addr().(*net.TCPAddr), ConnParams{PrivateData: []byte("hello")}, 5*time.Second, c.cb, &pol)
+			require.NoError(t, err)
+			ev := c.wait(Rejected, to)
+			require.ErrorIs(t, ev.Err, syscall.ECONNRESET)
+			require.Equal(t, wire.MPAHeaderLen, <-got, "the peer read our whole MPA header")
+			require.Equal(t, verbs.QPSInit, c.qp.State())
 		})
 	}
 }

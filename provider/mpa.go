@@ -182,8 +182,9 @@ func initiate(c *net.TCPConn, pol *Policy, p ConnParams) (neg negotiated, reject
 
 // Connect dials raddr (from laddr when given), runs MPA as the initiator and
 // moves qp (in INIT or RTR) to RTS. It returns at once; cb gets Established,
-// Rejected (Err ECONNREFUSED when TCP was refused), Unreachable or
-// ConnectError, and later Disconnected, in order.
+// Rejected (Err ECONNREFUSED when TCP was refused, ECONNRESET when the peer
+// reset or closed it during MPA), Unreachable or ConnectError, and later
+// Disconnected, in order.
 func Connect(qp *verbs.QP, laddr, raddr *net.TCPAddr, p ConnParams, timeout time.Duration, cb func(Event)) (*Endpoint, error) {
 	pol := PolicyFromEnv()
 	return connectPolicy(qp, laddr, raddr, p, timeout, cb, &pol)
@@ -260,9 +261,15 @@ func (e *Endpoint) runInitiator(c *net.TCPConn, p ConnParams, timeout time.Durat
 	case err != nil:
 		c.Close()
 		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
 			e.event(Event{Type: Unreachable, Err: err})
-		} else {
+		case peerGone(err):
+			// As siw: a peer that resets or closes the connection before
+			// its MPA reply is a CONNECT_REPLY of -ECONNRESET (PEER_CLOSE
+			// in AWAIT_MPAREP), which the CM reports as REJECTED.
+			e.event(Event{Type: Rejected, Err: syscall.ECONNRESET})
+		default:
 			e.event(Event{Type: ConnectError, Err: err})
 		}
 		e.finishFailed()
@@ -276,6 +283,14 @@ func (e *Endpoint) runInitiator(c *net.TCPConn, p ConnParams, timeout time.Durat
 	}
 	e.event(Event{Type: Established, Params: ConnParams{PrivateData: neg.peerUserData, IRD: neg.ird, ORD: neg.ord}})
 	e.startRX()
+}
+
+// peerGone reports whether err says the peer reset or closed the TCP
+// connection: a read that met its FIN (whole or within a frame), a reset,
+// a write after the reset.
+func peerGone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // Request is an incoming connection whose MPA request was read.

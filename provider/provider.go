@@ -26,7 +26,8 @@ const (
 	// only once the initiator's first FPDU (RTR) arrived.
 	Established EventType = iota
 	// Rejected: the peer answered with an MPA reject frame (Params carries
-	// its private data) or refused the TCP connection (Err is ECONNREFUSED).
+	// its private data), refused the TCP connection (Err is ECONNREFUSED),
+	// or reset or closed it before its MPA reply (Err is ECONNRESET).
 	Rejected
 	// Unreachable: TCP connect failed or the MPA exchange timed out.
 	Unreachable

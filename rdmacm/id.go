@@ -82,6 +82,7 @@ type ID struct {
 	tcpLn         *net.TCPListener
 	ln            Listener
 	ep            Endpoint
+	appQP         *verbs.QP // the application's own QP, bound by conn_param.qp_num
 	req           Request
 	listen        *ID // passive: the listening id that reported us
 	backlog       int
@@ -206,6 +207,14 @@ func (id *ID) bindLocked(a *net.TCPAddr) error {
 	dev := deviceFor(a.IP)
 	if dev == "" && !a.IP.IsUnspecified() {
 		return unix.EADDRNOTAVAIL
+	}
+	if a.IP.IsLoopback() {
+		// The kernel's rdma_cm binds a loopback address as it binds the
+		// wildcard (cma_any_addr): the id gets no device until a
+		// connection names one (siw 6.1: verbs NULL after binding
+		// 127.0.0.1 or ::1). libfabric's verbs provider relies on it: it
+		// binds "localhost" and keeps only the device the id reports.
+		dev = ""
 	}
 	fd, bound, err := bindSocket(a, id.afonly, id.tos)
 	if err != nil {
@@ -404,6 +413,50 @@ func checkConn(qp *verbs.QP, p provider.ConnParams) error {
 
 // Connect starts the active side (rdma_connect). iWARP needs the QP.
 func (id *ID) Connect(qp *verbs.QP, p provider.ConnParams) error {
+	return id.connect(qp, false, p)
+}
+
+// ConnectQPNum is rdma_connect on an id without a QP: the connection is
+// bound to the application's own QP numbered qpNum (conn_param.qp_num), as
+// the kernel's iw_cm_connect looks it up on the id's device.
+func (id *ID) ConnectQPNum(qpNum uint32, p provider.ConnParams) error {
+	qp, err := id.lookupQP(qpNum)
+	if err != nil {
+		return err
+	}
+	return id.connect(qp, true, p)
+}
+
+// lookupQP finds the QP an application created itself: it must live on the
+// id's device and not be connected already (siw connects a QP that is IDLE
+// or RTR, and IDLE covers RESET and INIT). A QP still in RESET is moved to
+// INIT here with iw_cm's INIT attributes: goiwarp's engine attaches a QP
+// from INIT or RTR.
+func (id *ID) lookupQP(num uint32) (*verbs.QP, error) {
+	qp := verbs.QPByNum(num)
+	if qp == nil {
+		return nil, unix.EINVAL
+	}
+	id.mu.Lock()
+	dev := id.dev
+	id.mu.Unlock()
+	if dev != "" && qp.Ctx != nil && qp.Ctx.Dev != nil && qp.Ctx.Dev.Name != dev {
+		return nil, unix.EINVAL
+	}
+	switch qp.State() {
+	case verbs.QPSReset:
+		a, mask := connectedQPAttr(verbs.QPSInit)
+		if err := qp.Modify(a, mask); err != nil {
+			return nil, err
+		}
+	case verbs.QPSInit, verbs.QPSRTR:
+	default:
+		return nil, unix.EINVAL
+	}
+	return qp, nil
+}
+
+func (id *ID) connect(qp *verbs.QP, app bool, p provider.ConnParams) error {
 	if err := checkConn(qp, p); err != nil {
 		return err
 	}
@@ -411,6 +464,9 @@ func (id *ID) Connect(qp *verbs.QP, p provider.ConnParams) error {
 	if id.state != StateRouteResolved || id.eng == nil {
 		id.mu.Unlock()
 		return unix.EINVAL
+	}
+	if app {
+		id.appQP = qp
 	}
 	laddr, raddr := *id.src, *id.dst
 	// The engine dials from the reserved port (binding it with
@@ -428,14 +484,16 @@ func (id *ID) Connect(qp *verbs.QP, p provider.ConnParams) error {
 	defer id.mu.Unlock()
 	if err != nil {
 		if errnoOf(err) == unix.ECONNREFUSED {
-			// Nobody listens: REJECTED, as a TCP RST gives on iWARP.
+			// Nobody listens: REJECTED, as a TCP RST gives on iWARP
+			// (status: rejectStatus).
 			id.state = StateClosed
-			id.queueLocked(&Event{Type: EventRejected, Status: -int(unix.ECONNREFUSED)})
+			id.queueLocked(&Event{Type: EventRejected, Status: rejectStatus(err)})
 			return nil
 		}
 		if id.state == StateConnect {
 			id.state = StateRouteResolved
 		}
+		id.appQP = nil
 		return err
 	}
 	id.ep = ep
@@ -447,6 +505,20 @@ func (id *ID) Connect(qp *verbs.QP, p provider.ConnParams) error {
 
 // Accept accepts a connection request (rdma_accept).
 func (id *ID) Accept(qp *verbs.QP, p provider.ConnParams) error {
+	return id.accept(qp, false, p)
+}
+
+// AcceptQPNum is rdma_accept on an id without a QP: the application's own
+// QP numbered qpNum (conn_param.qp_num) takes the connection.
+func (id *ID) AcceptQPNum(qpNum uint32, p provider.ConnParams) error {
+	qp, err := id.lookupQP(qpNum)
+	if err != nil {
+		return err
+	}
+	return id.accept(qp, true, p)
+}
+
+func (id *ID) accept(qp *verbs.QP, app bool, p provider.ConnParams) error {
 	if err := checkConn(qp, p); err != nil {
 		return err
 	}
@@ -456,6 +528,9 @@ func (id *ID) Accept(qp *verbs.QP, p provider.ConnParams) error {
 		return unix.EINVAL
 	}
 	id.state = StateAccepting
+	if app {
+		id.appQP = qp
+	}
 	req := id.req
 	id.mu.Unlock()
 
@@ -468,6 +543,7 @@ func (id *ID) Accept(qp *verbs.QP, p provider.ConnParams) error {
 		if id.state == StateAccepting {
 			id.state = StateConnectRequest
 		}
+		id.appQP = nil
 		return err
 	}
 	id.req = nil
@@ -477,6 +553,25 @@ func (id *ID) Accept(qp *verbs.QP, p provider.ConnParams) error {
 	}
 	if id.destroyed {
 		go ep.Disconnect()
+	}
+	return nil
+}
+
+// Establish is rdma_establish on an active id whose connection runs on the
+// application's own QP (ConnectQPNum). On IB it sends the RTU that completes
+// a connection reported by CONNECT_RESPONSE; iWARP has neither, the
+// connection is complete once ESTABLISHED was reported, so this succeeds
+// then and is EINVAL in any other state or kind of id.
+//
+// The kernel's iWARP CM answers EINVAL even then (ucma_accept without
+// conn_param reaches cma_accept_iw, which requires one): rping -c -q, which
+// calls it after ESTABLISHED, fails against a kernel iWARP device (measured
+// on siw 6.1 with rdma-core 44). goiwarp deliberately lets it succeed.
+func (id *ID) Establish() error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.listen != nil || id.appQP == nil || id.state != StateEstablished {
+		return unix.EINVAL
 	}
 	return nil
 }
@@ -526,6 +621,23 @@ func (id *ID) Disconnect() (pending bool, err error) {
 	return true, nil
 }
 
+// rejectStatus is REJECTED's status as the kernel's iWARP CM reports it:
+// cma_iw_handler turns a CONNECT_REPLY of -ECONNRESET or -ECONNREFUSED into
+// REJECTED with the driver's status, and the drivers give
+//   - an MPA reject frame (err nil): -ECONNREFUSED, as iw_cxgb4 (siw 6.1
+//     reports -ECONNRESET);
+//   - a refused TCP connection (ECONNREFUSED): -ECONNRESET, as iw_cxgb4
+//     reports its failed active open (CPL_ERR_CONN_RESET; siw instead fails
+//     rdma_connect itself with ECONNREFUSED);
+//   - a reset or close before the MPA reply (ECONNRESET): -ECONNRESET, as
+//     siw's PEER_CLOSE in AWAIT_MPAREP and iw_cxgb4's peer abort.
+func rejectStatus(err error) int {
+	if err == nil {
+		return -int(unix.ECONNREFUSED)
+	}
+	return -int(unix.ECONNRESET)
+}
+
 func eventErrno(err error, def unix.Errno) int {
 	if err == nil {
 		return -int(def)
@@ -562,7 +674,7 @@ func (id *ID) onConnEvent(ev provider.Event) {
 			return
 		}
 		id.state = StateClosed
-		e = &Event{Type: EventRejected, Status: -int(unix.ECONNREFUSED),
+		e = &Event{Type: EventRejected, Status: rejectStatus(ev.Err),
 			PrivateData: slices.Clone(ev.Params.PrivateData)}
 	case provider.Unreachable, provider.ConnectError:
 		if st != StateConnect && st != StateAccepting {
@@ -588,7 +700,63 @@ func (id *ID) onConnEvent(ev provider.Event) {
 	default:
 		return
 	}
+	if e.Type != EventEstablished && e.Type != EventDisconnected && id.appQP != nil {
+		// A failed attempt leaves the application's QP in ERR, as siw's
+		// release of the endpoint does (siw_qp_llp_close); librdmacm does
+		// it only for its own QP, on REJECTED (capi).
+		_ = id.appQP.Modify(verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState)
+	}
 	id.queueLocked(e)
+}
+
+// connectedQPAttr is iw_cm's answer for a connection's QP (iwcm.c,
+// iw_cm_init_qp_attr): INIT and RTR give access for remote writes and reads,
+// RTS nothing; rdma_init_qp_attr adds the port.
+func connectedQPAttr(state verbs.QPState) (verbs.QPAttr, int) {
+	a := verbs.QPAttr{State: state, PortNum: 1}
+	if state == verbs.QPSRTS {
+		return a, verbs.QPAttrPort
+	}
+	a.AccessFlags = verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	return a, verbs.QPAttrState | verbs.QPAttrAccessFlags | verbs.QPAttrPort
+}
+
+// InitQPAttr is rdma_init_qp_attr as the kernel answers it on iWARP
+// (ucma_init_qp_attr, cma.c's rdma_init_qp_attr, iw_cm_init_qp_attr):
+//   - a state beyond ERR, or an id without a device (unbound, bound to a
+//     wildcard address): EINVAL;
+//   - before rdma_connect (no iw_cm id yet): the state asked for, no access
+//     flags, the port;
+//   - a connection, from the request or connect through its end (iw_cm's
+//     CONN_RECV, CONN_SENT, ESTABLISHED and, once it closed or failed,
+//     IDLE): connectedQPAttr for INIT, RTR and RTS, EINVAL for other states;
+//   - a listener: EINVAL.
+//
+// Every other field of the attributes is zero. Measured on Linux 6.1 siw
+// with rdma-core 44 (every state, both sides): the same answers, also right
+// after rdma_disconnect (iw_cm's CLOSING, which would refuse, has passed
+// by the time the call returns there).
+func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, int, error) {
+	if state > verbs.QPSErr {
+		return verbs.QPAttr{}, 0, unix.EINVAL
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.dev == "" {
+		return verbs.QPAttr{}, 0, unix.EINVAL
+	}
+	switch id.state {
+	case StateAddrBound, StateAddrQuery, StateAddrResolved, StateRouteQuery, StateRouteResolved:
+		return verbs.QPAttr{State: state, PortNum: 1},
+			verbs.QPAttrState | verbs.QPAttrAccessFlags | verbs.QPAttrPort, nil
+	case StateConnect, StateConnectRequest, StateAccepting, StateEstablished, StateClosed:
+		switch state {
+		case verbs.QPSInit, verbs.QPSRTR, verbs.QPSRTS:
+			a, mask := connectedQPAttr(state)
+			return a, mask, nil
+		}
+	}
+	return verbs.QPAttr{}, 0, unix.EINVAL
 }
 
 // Migrate moves the id to another channel (rdma_migrate_id): its queued
@@ -616,7 +784,8 @@ func (id *ID) Destroy() {
 // Close is the first half of rdma_destroy_id: the listener, connection or
 // unanswered request go and queued events are dropped. Nothing is queued
 // for the id afterwards. hasQP false means the application destroyed the
-// QP already, which ended the connection: the endpoint is left alone.
+// id's QP already, which ended the connection: the endpoint is left alone
+// (unless the connection runs on the application's own QP, appQP).
 func (id *ID) Close(hasQP bool) {
 	id.mu.Lock()
 	if id.destroyed {
@@ -627,6 +796,7 @@ func (id *ID) Close(hasQP bool) {
 	prev := id.state
 	id.state = StateDestroying
 	ln, tcpLn, ep, req, sock, ch := id.ln, id.tcpLn, id.ep, id.req, id.sock, id.ch
+	hasQP = hasQP || id.appQP != nil
 	id.ln, id.tcpLn, id.ep, id.req, id.sock = nil, nil, nil, nil, -1
 	id.mu.Unlock()
 
@@ -643,6 +813,9 @@ func (id *ID) Close(hasQP bool) {
 		}
 	}
 	if ep != nil && hasQP {
+		// With the application's own QP (appQP) the connection ends here
+		// too, as the kernel's destroy_cm_id ends it; a QP destroyed
+		// already left a dead endpoint, whose Disconnect does nothing.
 		ep.Disconnect()
 	}
 	if sock >= 0 {

@@ -122,7 +122,9 @@ func TestActiveEventMapping(t *testing.T) {
 			[]provider.Event{{Type: provider.Rejected, Params: provider.ConnParams{PrivateData: []byte("no")}}},
 			[]EventType{EventRejected}, []int{-int(unix.ECONNREFUSED)}},
 		{"nobody listening", []provider.Event{{Type: provider.Rejected, Err: unix.ECONNREFUSED}},
-			[]EventType{EventRejected}, []int{-int(unix.ECONNREFUSED)}},
+			[]EventType{EventRejected}, []int{-int(unix.ECONNRESET)}},
+		{"reset or closed during mpa", []provider.Event{{Type: provider.Rejected, Err: unix.ECONNRESET}},
+			[]EventType{EventRejected}, []int{-int(unix.ECONNRESET)}},
 		{"mpa timeout", []provider.Event{{Type: provider.Unreachable}},
 			[]EventType{EventUnreachable}, []int{-int(unix.ETIMEDOUT)}},
 		{"mpa error", []provider.Event{{Type: provider.ConnectError}},
@@ -328,4 +330,252 @@ func TestSourcePortHeldUntilDialReports(t *testing.T) {
 	e.Owner().Ack()
 	assert.True(t, bindable(), "port %d still held after the dial reported", src.Port)
 	id.Destroy()
+}
+
+// rdma_init_qp_attr's answers per state of the id, as Linux 6.1 siw with
+// rdma-core 44 gives them (tests/rdmacm/cm_appqp.c prints the same table
+// from C): mask, access flags, or EINVAL.
+func TestInitQPAttr(t *testing.T) {
+	const (
+		idle      = verbs.QPAttrState | verbs.QPAttrAccessFlags | verbs.QPAttrPort
+		connected = verbs.QPAttrState | verbs.QPAttrAccessFlags | verbs.QPAttrPort
+		rw        = verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	)
+	type answer struct {
+		mask, access int
+		err          error
+	}
+	noConn := func(s verbs.QPState) answer {
+		if s > verbs.QPSErr {
+			return answer{err: unix.EINVAL}
+		}
+		return answer{mask: idle}
+	}
+	conn := func(s verbs.QPState) answer {
+		switch s {
+		case verbs.QPSInit, verbs.QPSRTR:
+			return answer{mask: connected, access: rw}
+		case verbs.QPSRTS:
+			return answer{mask: verbs.QPAttrPort}
+		}
+		return answer{err: unix.EINVAL}
+	}
+	refused := func(verbs.QPState) answer { return answer{err: unix.EINVAL} }
+
+	ch, err := NewChannel()
+	require.NoError(t, err)
+	defer ch.Close()
+	eng := &fakeEngine{}
+	newID := func() *ID {
+		id, err := NewID(ch, PSTCP, eng)
+		require.NoError(t, err)
+		t.Cleanup(id.Destroy)
+		return id
+	}
+	ack := func(want EventType) *Event {
+		e := waitEvent(t, ch)
+		require.Equal(t, want, e.Type)
+		e.Owner().Ack()
+		return e
+	}
+	for _, tc := range []struct {
+		name string
+		id   func() *ID
+		want func(verbs.QPState) answer
+	}{
+		{"unbound", newID, refused},
+		{"bound to the wildcard address", func() *ID {
+			id := newID()
+			require.NoError(t, id.Bind(&net.TCPAddr{IP: net.IPv4zero}))
+			return id
+		}, refused},
+		{"bound to loopback (no device, as the kernel binds it)", func() *ID {
+			id := newID()
+			require.NoError(t, id.Bind(loopback()))
+			return id
+		}, refused},
+		{"resolved from a loopback source", func() *ID {
+			id := newID()
+			require.NoError(t, id.Bind(loopback()))
+			require.NoError(t, id.ResolveAddr(nil, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1).To4(), Port: 9}, time.Second))
+			ack(EventAddrResolved)
+			return id
+		}, noConn},
+		{"listening", func() *ID {
+			id := newID()
+			require.NoError(t, id.Bind(loopback()))
+			require.NoError(t, id.Listen(1))
+			return id
+		}, refused},
+		{"route resolved", func() *ID { return activeID(t, ch, eng) }, noConn},
+		{"connecting", func() *ID {
+			id := activeID(t, ch, eng)
+			require.NoError(t, id.Connect(&verbs.QP{}, provider.ConnParams{}))
+			return id
+		}, conn},
+		{"established", func() *ID {
+			id := activeID(t, ch, eng)
+			require.NoError(t, id.Connect(&verbs.QP{}, provider.ConnParams{}))
+			eng.conns[len(eng.conns)-1](provider.Event{Type: provider.Established})
+			ack(EventEstablished)
+			return id
+		}, conn},
+		{"disconnected", func() *ID {
+			id := activeID(t, ch, eng)
+			require.NoError(t, id.Connect(&verbs.QP{}, provider.ConnParams{}))
+			eng.conns[len(eng.conns)-1](provider.Event{Type: provider.Established})
+			ack(EventEstablished)
+			eng.conns[len(eng.conns)-1](provider.Event{Type: provider.Disconnected})
+			ack(EventDisconnected)
+			return id
+		}, conn},
+		{"rejected", func() *ID {
+			id := activeID(t, ch, eng)
+			require.NoError(t, id.Connect(&verbs.QP{}, provider.ConnParams{}))
+			eng.conns[len(eng.conns)-1](provider.Event{Type: provider.Rejected, Err: unix.ECONNRESET})
+			ack(EventRejected)
+			return id
+		}, conn},
+		{"connect request", func() *ID {
+			l := newID()
+			require.NoError(t, l.Bind(loopback()))
+			require.NoError(t, l.Listen(4))
+			eng.listenCB(&fakeReq{})
+			e := ack(EventConnectRequest)
+			t.Cleanup(e.ID.Destroy)
+			return e.ID
+		}, conn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := tc.id()
+			for s := verbs.QPSReset; s <= verbs.QPSErr+1; s++ {
+				a, mask, err := id.InitQPAttr(s)
+				w := tc.want(s)
+				if w.err != nil {
+					assert.ErrorIs(t, err, w.err, "state %v", s)
+					continue
+				}
+				require.NoError(t, err, "state %v", s)
+				assert.Equal(t, verbs.QPAttr{State: s, PortNum: 1, AccessFlags: w.access}, a, "state %v", s)
+				assert.Equal(t, w.mask, mask, "state %v", s)
+			}
+		})
+	}
+}
+
+// appQP is a QP an application created itself on giw_lo, in RESET.
+func appQP(t *testing.T) *verbs.QP {
+	ctx, err := verbs.Open(&verbs.Device{Name: "giw_lo", Ifname: "lo"})
+	require.NoError(t, err)
+	cq, err := ctx.CreateCQ(16, nil, 0)
+	require.NoError(t, err)
+	qp, err := ctx.CreateQP(verbs.QPInit{PD: ctx.AllocPD(), SendCQ: cq, RecvCQ: cq,
+		Caps: verbs.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { qp.Destroy(); qp.FreeRings(); cq.Destroy(); ctx.Close() })
+	return qp
+}
+
+// conn_param.qp_num: the connection is bound to the application's own QP
+// (found by number on the id's device, moved from RESET to INIT as siw
+// takes an IDLE QP), rdma_establish completes nothing but succeeds once
+// established, and a failed attempt leaves the QP in ERR as siw does.
+func TestAppQP(t *testing.T) {
+	ch, err := NewChannel()
+	require.NoError(t, err)
+	defer ch.Close()
+	eng := &fakeEngine{}
+
+	t.Run("unknown number", func(t *testing.T) {
+		id := activeID(t, ch, eng)
+		defer id.Destroy()
+		assert.ErrorIs(t, id.ConnectQPNum(0, provider.ConnParams{}), unix.EINVAL)
+		assert.ErrorIs(t, id.ConnectQPNum(^uint32(0), provider.ConnParams{}), unix.EINVAL)
+		assert.Equal(t, StateRouteResolved, id.State())
+	})
+	t.Run("destroyed QP", func(t *testing.T) {
+		id := activeID(t, ch, eng)
+		defer id.Destroy()
+		qp := appQP(t)
+		qp.Destroy()
+		assert.ErrorIs(t, id.ConnectQPNum(qp.Num, provider.ConnParams{}), unix.EINVAL)
+	})
+	t.Run("QP of another device", func(t *testing.T) {
+		id := activeID(t, ch, eng)
+		defer id.Destroy()
+		ctx, err := verbs.Open(&verbs.Device{Name: "giw_other", Ifname: "other"})
+		require.NoError(t, err)
+		defer ctx.Close()
+		cq, err := ctx.CreateCQ(4, nil, 0)
+		require.NoError(t, err)
+		defer cq.Destroy()
+		qp, err := ctx.CreateQP(verbs.QPInit{PD: ctx.AllocPD(), SendCQ: cq, RecvCQ: cq})
+		require.NoError(t, err)
+		defer func() { qp.Destroy(); qp.FreeRings() }()
+		assert.ErrorIs(t, id.ConnectQPNum(qp.Num, provider.ConnParams{}), unix.EINVAL)
+	})
+	for _, tc := range []struct {
+		name    string
+		outcome provider.Event
+		want    EventType
+		qpState verbs.QPState
+	}{
+		{"established", provider.Event{Type: provider.Established}, EventEstablished, verbs.QPSInit},
+		{"reset during mpa", provider.Event{Type: provider.Rejected, Err: unix.ECONNRESET}, EventRejected, verbs.QPSErr},
+		{"mpa timeout", provider.Event{Type: provider.Unreachable}, EventUnreachable, verbs.QPSErr},
+		{"bad reply", provider.Event{Type: provider.ConnectError}, EventConnectError, verbs.QPSErr},
+	} {
+		t.Run("active "+tc.name, func(t *testing.T) {
+			id := activeID(t, ch, eng)
+			defer id.Destroy()
+			qp := appQP(t)
+			require.NoError(t, id.ConnectQPNum(qp.Num, provider.ConnParams{IRD: 1, ORD: 1}))
+			assert.Equal(t, verbs.QPSInit, qp.State(), "RESET moved to INIT")
+			assert.ErrorIs(t, id.Establish(), unix.EINVAL, "before ESTABLISHED")
+			eng.conns[len(eng.conns)-1](tc.outcome)
+			e := waitEvent(t, ch)
+			require.Equal(t, tc.want, e.Type)
+			e.Owner().Ack()
+			// The fake engine does not attach: the QP is where the CM left it.
+			assert.Equal(t, tc.qpState, qp.State())
+			if tc.want == EventEstablished {
+				assert.NoError(t, id.Establish())
+			} else {
+				assert.ErrorIs(t, id.Establish(), unix.EINVAL)
+			}
+		})
+	}
+	t.Run("passive", func(t *testing.T) {
+		l, err := NewID(ch, PSTCP, eng)
+		require.NoError(t, err)
+		defer l.Destroy()
+		require.NoError(t, l.Bind(loopback()))
+		require.NoError(t, l.Listen(4))
+		r := &fakeReq{}
+		eng.listenCB(r)
+		e := waitEvent(t, ch)
+		require.Equal(t, EventConnectRequest, e.Type)
+		n := e.ID
+		e.Owner().Ack()
+		defer n.Destroy()
+		qp := appQP(t)
+		// As rping -s -q: INIT, RTR and RTS from rdma_init_qp_attr first.
+		for _, s := range []verbs.QPState{verbs.QPSInit, verbs.QPSRTR, verbs.QPSRTS} {
+			if s == verbs.QPSInit {
+				require.NoError(t, qp.Modify(verbs.QPAttr{State: verbs.QPSInit, PortNum: 1}, verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags|verbs.QPAttrPKeyIndex))
+			}
+			a, mask, err := n.InitQPAttr(s)
+			require.NoError(t, err)
+			require.NoError(t, qp.Modify(a, mask), "to %v", s)
+		}
+		require.Equal(t, verbs.QPSRTR, qp.State(), "RTS's answer changes no state")
+		assert.ErrorIs(t, n.AcceptQPNum(qp.Num+1000, provider.ConnParams{}), unix.EINVAL)
+		require.NoError(t, n.AcceptQPNum(qp.Num, provider.ConnParams{}))
+		require.True(t, r.accepted)
+		r.cb(provider.Event{Type: provider.Established})
+		e = waitEvent(t, ch)
+		require.Equal(t, EventEstablished, e.Type)
+		e.Owner().Ack()
+		assert.ErrorIs(t, n.Establish(), unix.EINVAL, "passive ids have nothing to establish")
+	})
 }

@@ -13,7 +13,7 @@ const (
 	MaxQP       = 1 << 14
 	MaxQPWR     = 1 << 14
 	MaxCQ       = 1 << 14
-	MaxCQE      = 1 << 16
+	MaxCQE      = 1 << 20 // libfabric's rxm asks (tx+rx size) x universe 256 = 196,608; siw allows 3,276,800
 	MaxMR       = 1 << 20
 	MaxMRSize   = 1 << 40
 	MaxPD       = 1 << 16

@@ -190,6 +190,7 @@ func (c *Context) CreateQP(in QPInit) (*QP, error) {
 	if qp.RecvCQ != qp.SendCQ {
 		qp.RecvCQ.register(qp)
 	}
+	qpTable.Store(qp.Num, qp)
 	return qp, nil
 }
 
@@ -220,7 +221,10 @@ func legalTransition(from, to QPState) bool {
 	case QPSInit:
 		return from == QPSReset || from == QPSInit
 	case QPSRTR:
-		return from == QPSInit
+		// RTR again is nothing, as siw ignores it: a modify without a
+		// state, or naming RTR, in RTR (rdma_init_qp_attr's RTS answer
+		// is IBV_QP_PORT alone).
+		return from == QPSInit || from == QPSRTR
 	case QPSRTS:
 		return from == QPSRTR || from == QPSRTS || from == QPSSQD || from == QPSSQE
 	case QPSSQD:
@@ -240,7 +244,7 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 	qp.mu.Lock()
 	cur := qp.attr.State
 	to := cur
-	if mask&QPAttrState != 0 {
+	if mask&QPAttrState != 0 && !backToSetup(cur, a.State) {
 		to = a.State
 	}
 	fail := func(err error) error {
@@ -694,6 +698,7 @@ func (qp *QP) CompleteRecv(e *RQE, c CQE, solicited bool) {
 
 // Destroy releases the QP's rings; the connection, if any, is aborted.
 func (qp *QP) Destroy() {
+	qpTable.CompareAndDelete(qp.Num, qp)
 	qp.mu.Lock()
 	conn := qp.conn
 	qp.conn = nil

@@ -18,8 +18,10 @@ type Ring struct {
 	esz  uintptr
 }
 
-// maxRingEntries bounds a ring so a C caller cannot make us map gigabytes.
-const maxRingEntries = 1 << 16
+// maxRingEntries bounds a ring so a C caller cannot make us map gigabytes:
+// MaxCQE entries of a CQE (40 B) are 40 MiB of address space, whose pages
+// are touched only as completions are written.
+const maxRingEntries = MaxCQE
 
 func newRing(entries int, entrySize uintptr) (*Ring, error) {
 	if entries < 1 || entries > maxRingEntries {

@@ -3,7 +3,7 @@
 LD_PRELOAD=libgoiwarp.so on 127.0.0.1, server and client, each under a timeout.
 
 usage: run.py BUILD_DIR [--only REGEX] [--list] [--timeout S] [--known FILE]
-              [--logs DIR] [--keep-going-after S]
+              [--logs DIR] [--ports LO-HI] [--keep-going-after S]
 
 Every row runs its server (if any) in its own process group, waits until the
 server listens on its TCP port, runs the client, and checks exit codes and
@@ -39,7 +39,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOST = "127.0.0.1"
-PORT_LO, PORT_HI = 20000, 20999      # this runner's port range
+PORT_LO, PORT_HI = 20000, 20999      # this runner's port range (--ports)
 STDBUF = shutil.which("stdbuf")
 
 
@@ -188,6 +188,49 @@ def check_qperf(test):
     return chk
 
 
+def check_cmtime(conns):
+    """cmtime (rdma-core 44) client: every step's row of its table, with
+    figures; connect and disconnect took time, and no event failed."""
+    steps = ["create id", "resolve addr", "resolve route", "create qp", "connect",
+             "disconnect", "destroy"]
+
+    def chk(r):
+        if re.search(r"^event: |failure|ERROR", r.client_out + r.client_err, re.M):
+            return "client reported a failure: %r" % re.search(
+                r"^.*(event: |failure|ERROR).*$", r.client_out + r.client_err, re.M).group(0)
+        for st in steps:
+            m = re.search(r"^%s\s*:\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$" % st,
+                          r.client_out, re.M)
+            if not m:
+                return "client: no %r row in its table" % st
+            total, mx, mn, per = (float(v) for v in m.groups())
+            if st in ("connect", "disconnect") and not (total > 0 and per > 0 and mx > 0):
+                return "client: %r row %r: total, max and us/conn must be > 0" % (st, m.group(0))
+            # total is printed in ms with two decimals: 5 us of rounding
+            if abs(per - total * 1000 / conns) > 0.01 + 5.0 / conns:
+                return "client: %r row %r: us/conn is not total/%d" % (st, m.group(0), conns)
+        return None
+    return chk
+
+
+STATE_NAMES = {"01": "ESTABLISHED", "08": "CLOSE_WAIT"}
+
+
+def server_closed_all(port, deadline):
+    """cmtime's server (rdma-core 44) never exits: run_server() loops in
+    rdma_get_cm_event until it fails, and nothing tells it the client is done.
+    What it must do is disconnect and destroy every connection the client
+    closed: no TCP socket on its port is left ESTABLISHED or CLOSE_WAIT."""
+    while True:
+        left = [p for p in tcp_sockets() if port_of(p[1]) == port and p[3] in ("01", "08")]
+        if not left:
+            return None
+        if time.monotonic() > deadline:
+            return "server: %d connections on port %d still open (%s) after the client finished" % (
+                len(left), port, ", ".join(sorted({STATE_NAMES[p[3]] for p in left})))
+        time.sleep(0.05)
+
+
 def check_regex(side, *pats):
     def chk(r):
         out = r.client_out + r.client_err if side == "client" else r.server_out + r.server_err
@@ -288,6 +331,23 @@ def rows():
                  ["rping", "-c", "-a", HOST, "-p", "{P}", "-v", "-C", "100"],
                  ["rping", "-s", "-a", HOST, "-p", "{P}"],
                  checks=[check_rping(100)]))
+    # -q: the QPs are the application's own (ibv_create_qp), bound by
+    # conn_param.qp_num and driven with rdma_init_qp_attr + ibv_modify_qp;
+    # on either side alone and on both.
+    for name, sq, cq in (("rping-q", ["-q"], ["-q"]), ("rping-q-server", ["-q"], []),
+                         ("rping-q-client", [], ["-q"])):
+        R.append(Row(name,
+                     ["rping", "-c"] + cq + ["-a", HOST, "-p", "{P}", "-v", "-C", "100"],
+                     ["rping", "-s"] + sq + ["-a", HOST, "-p", "{P}"],
+                     checks=[check_rping(100)]))
+    for n in (50, 1000):
+        r = Row("cmtime-c%d" % n, ["cmtime", "-s", HOST, "-p", "{P}", "-c", str(n)],
+                ["cmtime", "-b", HOST, "-p", "{P}", "-c", str(n)],
+                server_persistent=True, checks=[check_cmtime(n)])
+        # server_check(port, deadline): a persistent server's state once the
+        # client is done, before it is stopped; a problem string or None.
+        r.server_check = server_closed_all
+        R.append(r)
     ucm_ok = [check_regex("client", r"data transfers complete", r"test complete",
                           r"return status 0"),
               check_regex("server", r"data transfers complete", r"test complete",
@@ -511,6 +571,14 @@ def run_row(row, lib, logdir, ports, timeout):
         problems.append("client exit status %s" % crc)
     if srv:
         if row.server_persistent:
+            server_check = getattr(row, "server_check", None)
+            if server_check and not cli.timed_out:
+                if srv.p.poll() is not None:
+                    problems.append("server exited (status %s) while it should serve" % srv.p.returncode)
+                else:
+                    msg = server_check(port, min(deadline, time.monotonic() + 10))
+                    if msg:
+                        problems.append(msg)
             srv.stop()
         else:
             # the server should finish by itself shortly after the client
@@ -581,6 +649,7 @@ def tail(path, n=25):
 
 
 def main():
+    global PORT_LO, PORT_HI
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("build_dir", nargs="?", default=os.path.join(HERE, "..", "..", "_build"))
     ap.add_argument("--only", help="run only rows whose name matches this regex")
@@ -588,7 +657,10 @@ def main():
     ap.add_argument("--timeout", type=float, default=60, help="per-row timeout, s (60)")
     ap.add_argument("--known", default=os.path.join(HERE, "known-failures.txt"))
     ap.add_argument("--logs", help="log dir (BUILD_DIR/conformance-logs)")
+    ap.add_argument("--ports", default=os.environ.get("CONFORMANCE_PORTS", "%d-%d" % (PORT_LO, PORT_HI)),
+                    help="TCP port range LO-HI of the rows (%d-%d, or $CONFORMANCE_PORTS)" % (PORT_LO, PORT_HI))
     a = ap.parse_args()
+    PORT_LO, PORT_HI = (int(v) for v in a.ports.split("-"))
 
     all_rows = rows()
     if a.list:

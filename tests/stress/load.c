@@ -258,7 +258,19 @@ static int server_main(uint16_t port0, int fd)
 	}
 	REQUIRE(port < port0 + 100);
 	REQUIRE(rdma_listen(lid, 1024) == 0);
-	ctx = lid->verbs;
+	/* A listener bound to 127.0.0.1 has no device (as the kernel binds a
+	 * loopback address); rdma_get_devices gives the contexts its
+	 * connections will carry. */
+	{
+		int n = 0;
+		struct ibv_context **l = rdma_get_devices(&n);
+
+		ctx = NULL;
+		for (int i = 0; l && i < n; i++)
+			if (!strcmp(ibv_get_device_name(l[i]->device), "giw_lo"))
+				ctx = l[i];
+		rdma_free_devices(l);
+	}
 	REQUIRE(ctx != NULL);
 	setup_process(ctx, SRV_PER_CONN);
 	REQUIRE((cs = calloc(nconns, sizeof(*cs))));
