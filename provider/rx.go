@@ -468,6 +468,13 @@ func (rx *rxState) loop() {
 	c := e.c
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	_, _ = io.Copy(io.Discard, c)
+	if e.lingerT.Load() != nil {
+		// A lingering CM-less QP (streamEnded) keeps its socket until it
+		// goes down: a send posted meanwhile (ibv_srq_pingpong's last ones,
+		// posted as its peer exits) is written as on an open stream
+		// instead of failing on a socket we closed ourselves.
+		<-e.quit
+	}
 	c.Close()
 }
 
