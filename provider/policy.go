@@ -72,10 +72,12 @@ type Policy struct {
 }
 
 // Defaults of GOIWARP_QP_PORT_BASE and GOIWARP_QP_CONNECT_TIMEOUT. The
-// port range (DefaultQPPortBase + 0 .. 254) is below Linux's ephemeral
-// ports and clear of perftest's (18515) and qperf's (19765) defaults.
+// port range (DefaultQPPortBase + 0 .. 254) is just above Linux's default
+// ephemeral range (32768-60999), so outgoing connections never take it,
+// and clear of the ports applications usually pick (perftest's 18515,
+// qperf's 19765; 18600, the first choice here, met our own examples').
 const (
-	DefaultQPPortBase       = 18600
+	DefaultQPPortBase       = 61000
 	DefaultQPConnectTimeout = 30 * time.Second
 	DefaultQPLinger         = time.Second
 )
