@@ -721,6 +721,7 @@ static ssize_t grs_sendv(struct grs *rs, const struct iovec *iov, int iovcnt, in
 	while (left) {
 		struct ibv_sge sgl[2];
 		struct grs_sge t;
+		uint64_t raddr;
 		uint32_t xfer;
 		int n, wflags, e;
 
@@ -751,7 +752,19 @@ static ssize_t grs_sendv(struct grs *rs, const struct iovec *iov, int iovcnt, in
 		if (xfer > t.length)
 			xfer = t.length;
 		n = grs_stage(rs, &iov, &iov_off, xfer, sgl, &wflags);
-		e = grs_post_write_msg(rs, sgl, n, wflags, t.addr, t.key, grs_wrid(GRS_WR_DATA, xfer),
+		/* Consume the entry before posting: once the data is out, the
+		 * peer may read it all and offer the entry anew, and a store of
+		 * ours after that would erase the offer. */
+		raddr = t.addr;
+		t.addr += xfer;
+		t.length -= xfer;
+		grs_target_set(rs, rs->target_sge, &t);
+		if (t.length == 0)
+			rs->target_sge = (rs->target_sge + 1) % GRS_SGL_ENTRIES;
+		rs->sseq++;
+		rs->sqe_free -= 2;
+		rs->sbuf_free -= xfer;
+		e = grs_post_write_msg(rs, sgl, n, wflags, raddr, t.key, grs_wrid(GRS_WR_DATA, xfer),
 				       grs_msg(GRS_OP_DATA, xfer), grs_wrid(GRS_WR_MSG, 0));
 		if (e) {
 			grs_fail(rs, e);
@@ -760,14 +773,6 @@ static ssize_t grs_sendv(struct grs *rs, const struct iovec *iov, int iovcnt, in
 			ret = -1;
 			break;
 		}
-		rs->sseq++;
-		rs->sqe_free -= 2;
-		rs->sbuf_free -= xfer;
-		t.addr += xfer;
-		t.length -= xfer;
-		grs_target_set(rs, rs->target_sge, &t);
-		if (t.length == 0)
-			rs->target_sge = (rs->target_sge + 1) % GRS_SGL_ENTRIES;
 		pthread_mutex_unlock(&rs->cq_lock);
 		left -= xfer;
 	}
