@@ -62,8 +62,8 @@ static short grs_revents(struct grs *rs, short events, int arm)
 			rev |= POLLIN;
 		if ((events & POLLOUT) && grs_can_send(rs))
 			rev |= POLLOUT;
-		if (rs->state == GRS_CLOSED)
-			rev |= POLLHUP;
+		if (rs->state == GRS_CLOSED && !grs_have_data(rs))
+			rev |= POLLHUP; /* as TCP: what arrived before the hangup is read first */
 		else if (rs->state == GRS_FAILED)
 			rev |= POLLERR;
 		pthread_mutex_unlock(&rs->cq_lock);
