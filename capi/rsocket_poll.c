@@ -48,7 +48,12 @@ static short grs_revents(struct grs *rs, short events, int arm)
 	short rev = 0;
 
 	if (rs->state == GRS_OPENING) {
-		if (grs_do_connect(rs) && errno == EINPROGRESS)
+		/* a step only when its event is there: a blocking rsocket's
+		 * channel would make the step wait, and rpoll never waits here */
+		p.fd = rs->ch->fd;
+		p.events = POLLIN;
+		p.revents = 0;
+		if (poll(&p, 1, 0) <= 0 || (grs_do_connect(rs) && errno == EINPROGRESS))
 			return 0;
 	}
 	if (grs_has_cq(rs)) {
