@@ -633,6 +633,10 @@ static ssize_t grs_recv(struct grs *rs, uint8_t *buf, size_t len, int flags)
 		return (ssize_t)done;
 	if (ret)
 		return -1;
+	if (rs->state == GRS_FAILED) { /* broken, not ended: as TCP after a reset */
+		errno = rs->err ? rs->err : ECONNRESET;
+		return -1;
+	}
 	return 0;
 }
 

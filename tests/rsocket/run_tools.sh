@@ -14,6 +14,9 @@
 #                            programs) under LD_PRELOAD="LIB librspreload.so";
 #                            GOIWARP_LOG=debug must show the connection in RTS,
 #                            i.e. it ran over goiwarp's rsockets, not TCP
+#   killpeer rstream ARGS    the server is killed (SIGKILL) in the middle of the
+#                            transfer: the client must end within 10 s with an
+#                            error of its own (no hang, no crash)
 # Never leaves a process behind.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,6 +43,10 @@ fail() {
 
 preload=$lib
 prog=$tool
+if [[ $tool == killpeer ]]; then
+  prog=$1
+  shift
+fi
 if [[ $tool == rspreload ]]; then
   rsp=$(dpkg -L librdmacm1 2>/dev/null | grep '/librspreload\.so$' | head -1)
   [[ -n $rsp ]] || skip_or_fail "librspreload.so (package librdmacm1) is not installed"
@@ -123,6 +130,28 @@ run_rcopy() {
   cmp "$tmp/files/src" "$tmp/files/dst" || fail "the copy differs"
 }
 
+run_killpeer() {
+  local cp cr real
+  start_server "$tmp/srv" "$prog" -p "$port" "$@"
+  LD_PRELOAD=$preload timeout -k 5 "$limit" "$prog" -s 127.0.0.1 -p "$port" "$@" >"$tmp/cli" 2>&1 &
+  cp=$!
+  pids+=("$cp")
+  sleep 1.5
+  real=$(pgrep -P "$sp") # the program under timeout
+  [[ -n $real ]] || fail "the server ended before it could be killed"
+  kill -9 "$real"
+  for _ in $(seq 100); do kill -0 "$cp" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$cp" 2>/dev/null; then
+    fail "the client still runs 10 s after its peer was killed"
+  fi
+  wait "$cp"
+  cr=$?
+  echo "== client: $prog -s 127.0.0.1 -p $port $* (exit $cr) after its server was killed"
+  cat "$tmp/cli"
+  [[ $cr -ne 0 && $cr -ne 124 && ($cr -lt 128 || $cr -gt 165) ]] ||
+    fail "client exit $cr: want an error exit of its own (not 0, not a signal, not a timeout)"
+}
+
 run_iperf3() {
   local cr sr
   start_server "$tmp/srv" iperf3 -s -1 -p "$port"
@@ -144,7 +173,8 @@ run_iperf3() {
 for i in $(seq "$count"); do
   echo "=== run $i of $count"
   case $prog in
-  rstream | riostream) run_stream "$@" ;;
+  rstream | riostream)
+    if [[ $tool == killpeer ]]; then run_killpeer "$@"; else run_stream "$@"; fi ;;
   rcopy) run_rcopy ;;
   iperf3) run_iperf3 "$@" ;;
   *) fail "unknown tool $prog" ;;
