@@ -439,6 +439,7 @@ int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 	}
 	n->id = ev.id;
 	n->id->context = n;
+	n->passive = 1;
 	n->ch = rdma_create_event_channel();
 	if (!n->ch || rdma_migrate_id(n->id, n->ch))
 		goto err;
@@ -529,8 +530,13 @@ int rshutdown(int socket, int how)
 			ret = grs_process(rs, 0, grs_any);
 			pthread_mutex_lock(&rs->cq_lock);
 		}
-		if (!ret && rs->state == GRS_CONNECTED)
+		if (!ret && rs->state == GRS_CONNECTED && !grs_may_speak(rs)) {
+			/* the peer never spoke, so we may not: the disconnect says it */
+			if (ctrl == GRS_CTRL_DISCONNECT)
+				rs->state = GRS_CLOSED;
+		} else if (!ret && rs->state == GRS_CONNECTED) {
 			ret = grs_send_ctrl(rs, ctrl);
+		}
 	}
 	pthread_mutex_unlock(&rs->cq_lock);
 	if (!ret && rs->state == GRS_CONNECTED)

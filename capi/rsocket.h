@@ -110,6 +110,12 @@ struct grs {
 	int swap;     /* peer's byte order differs */
 	int cq_armed;
 	unsigned unacked;
+	/* Accepted side: nothing goes out before the initiator's first message.
+	 * RFC 5044 has an MPA responder wait for the initiator's first FPDU, and
+	 * siw 6.1 as initiator fails the connection (-EINVAL) when an FPDU comes
+	 * hard on the MPA reply. librdmacm's initiator always speaks first (its
+	 * first credit grant), so this never waits for long. */
+	int passive, peer_spoke;
 
 	uint64_t so_opts, tcp_opts, ipv6_opts; /* booleans set by rsetsockopt, by optname */
 
@@ -173,5 +179,8 @@ int grs_any(struct grs *rs);
 void grs_free_iomaps(struct grs *rs);
 
 static inline int grs_is_connected(const struct grs *rs) { return rs->state == GRS_CONNECTED; }
+
+/* May we transmit yet (see passive above)? */
+static inline int grs_may_speak(const struct grs *rs) { return !rs->passive || rs->peer_spoke; }
 
 #endif

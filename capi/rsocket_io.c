@@ -280,7 +280,7 @@ static void grs_update_credits(struct grs *rs)
 	uint32_t half = rs->rbuf_size / 2, msg;
 	int e;
 
-	if (!grs_is_connected(rs) || rs->ctrl_used + 2 > GRS_CTRL_SLOTS)
+	if (!grs_is_connected(rs) || !grs_may_speak(rs) || rs->ctrl_used + 2 > GRS_CTRL_SLOTS)
 		return;
 	if (rs->rbuf_avail < half && (int16_t)(rs->rseq - rs->rseq_given) < 0)
 		return;
@@ -405,6 +405,7 @@ static int grs_poll_cq(struct grs *rs)
 			slot = grs_wrid_len(wc[i].wr_id);
 			if (slot >= rs->rq_size)
 				continue;
+			rs->peer_spoke = 1;
 			memcpy(&msg, rs->rbuf + rs->rbuf_size + slot * GRS_MSG_LEN, sizeof(msg));
 			if (rs->swap)
 				msg = grs_bswap32(msg);
@@ -516,7 +517,7 @@ int grs_wait(struct grs *rs, int nonblock, int (*done)(struct grs *))
 
 int grs_can_send(struct grs *rs)
 {
-	return rs->state == GRS_CONNECTED && rs->writable && rs->sqe_free >= 2 &&
+	return rs->state == GRS_CONNECTED && rs->writable && grs_may_speak(rs) && rs->sqe_free >= 2 &&
 	       rs->sbuf_free >= GRS_SNDLOWAT && rs->sseq != rs->sseq_limit &&
 	       grs_target(rs, rs->target_sge).length != 0;
 }
