@@ -350,6 +350,7 @@ int grs_do_connect(struct grs *rs)
 			pthread_mutex_lock(&rs->cq_lock);
 			grs_conn_save(rs, &c);
 			rs->readable = rs->writable = 1;
+			rs->connected_ms = grs_now_ms();
 			rs->state = GRS_CONNECTED;
 			pthread_mutex_unlock(&rs->cq_lock);
 			return 0;

@@ -44,6 +44,7 @@
 #define GRS_SGL_ENTRIES 2       /* entries of our target SGL */
 #define GRS_SPIN_USEC 10        /* poll this long before sleeping on the CQ */
 #define GRS_RESOLVE_MS 2000
+#define GRS_NUDGE_MS 200
 
 enum grs_state {
 	GRS_IDLE,          /* created */
@@ -116,6 +117,10 @@ struct grs {
 	 * hard on the MPA reply. librdmacm's initiator always speaks first (its
 	 * first credit grant), so this never waits for long. */
 	int passive, peer_spoke;
+	/* Connecting side: one KEEPALIVE message GRS_NUDGE_MS after we
+	 * connected, when the application waits (see grs_nudge_in). */
+	uint64_t connected_ms;
+	int nudged;
 
 	uint64_t so_opts, tcp_opts, ipv6_opts; /* booleans set by rsetsockopt, by optname */
 
@@ -177,6 +182,9 @@ int grs_all_sent(struct grs *rs);
 int grs_cq_is_armed(struct grs *rs);
 int grs_any(struct grs *rs);
 void grs_free_iomaps(struct grs *rs);
+int grs_nudge_in(struct grs *rs);
+void grs_nudge(struct grs *rs);
+uint64_t grs_now_ms(void);
 
 static inline int grs_is_connected(const struct grs *rs) { return rs->state == GRS_CONNECTED; }
 

@@ -38,6 +38,41 @@ static uint64_t grs_now_usec(void)
 	return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
 }
 
+uint64_t grs_now_ms(void)
+{
+	return grs_now_usec() / 1000u;
+}
+
+/* ---- the silent peer ------------------------------------------------------ */
+
+/* Milliseconds until the nudge is due (0: now), or -1: none to send.
+ * Why: siw 6.1 (Linux) attaches an accepted socket to its QP only after
+ * sending the MPA reply, and FPDUs that arrive in between stay unread until
+ * more data comes -- even when siw has spoken already (its first credit
+ * grant), so hearing from the peer proves nothing. A client that sends its
+ * first message and waits for the answer would wait for ever; one more
+ * message gets siw reading. So a connecting rsocket that waits (or is polled)
+ * GRS_NUDGE_MS after it connected sends one KEEPALIVE control message: part
+ * of the protocol, ignored by its receiver. */
+int grs_nudge_in(struct grs *rs)
+{
+	uint64_t now;
+
+	if (rs->passive || rs->nudged || rs->state != GRS_CONNECTED)
+		return -1;
+	now = grs_now_ms();
+	return now >= rs->connected_ms + GRS_NUDGE_MS ? 0 : (int)(rs->connected_ms + GRS_NUDGE_MS - now);
+}
+
+/* Sends the nudge if it is due. cq_lock held. */
+void grs_nudge(struct grs *rs)
+{
+	if (grs_nudge_in(rs) != 0 || rs->ctrl_used >= GRS_CTRL_SLOTS)
+		return;
+	rs->nudged = 1;
+	(void)grs_send_ctrl(rs, GRS_CTRL_KEEPALIVE);
+}
+
 /* ---- the target SGL and iomap the peer writes into -------------------- */
 
 static struct grs_sge grs_target(struct grs *rs, uint32_t i)
@@ -453,7 +488,7 @@ int grs_cq_event(struct grs *rs)
  * unless nonblock (then EWOULDBLOCK). */
 int grs_process(struct grs *rs, int nonblock, int (*done)(struct grs *))
 {
-	int ret;
+	int ret, nudge;
 
 	if (!rs->cq) {
 		errno = ENOTCONN;
@@ -462,6 +497,7 @@ int grs_process(struct grs *rs, int nonblock, int (*done)(struct grs *))
 	pthread_mutex_lock(&rs->cq_lock);
 	for (;;) {
 		grs_update_credits(rs);
+		grs_nudge(rs);
 		ret = grs_poll_cq(rs);
 		if (done(rs)) {
 			ret = 0;
@@ -480,8 +516,18 @@ int grs_process(struct grs *rs, int nonblock, int (*done)(struct grs *))
 			continue; /* what completed before the arm is polled now */
 		}
 		grs_update_credits(rs);
+		nudge = grs_nudge_in(rs);
 		pthread_mutex_lock(&rs->cq_wait);
 		pthread_mutex_unlock(&rs->cq_lock);
+		if (nudge > 0) { /* sleep no longer than until the nudge is due */
+			struct pollfd p = { .fd = rs->cch->fd, .events = POLLIN };
+
+			if (poll(&p, 1, nudge) == 0) {
+				pthread_mutex_unlock(&rs->cq_wait);
+				pthread_mutex_lock(&rs->cq_lock);
+				continue;
+			}
+		}
 		ret = grs_cq_event(rs);
 		pthread_mutex_unlock(&rs->cq_wait);
 		pthread_mutex_lock(&rs->cq_lock);

@@ -19,14 +19,6 @@
 
 #include "rsocket.h"
 
-static uint64_t grs_now_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
-}
-
 static uint64_t grs_now_us(void)
 {
 	struct timespec t;
@@ -133,7 +125,7 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 		return -1;
 	}
 	for (;;) {
-		int wait = -1;
+		int wait = -1, nudge_wait = -1, nudge;
 
 		n = grs_poll_now(fds, nfds, 1);
 		if (n)
@@ -149,6 +141,9 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			}
 			kfds[i].fd = grs_has_cq(rs) ? rs->cch->fd : rs->ch->fd;
 			kfds[i].events = POLLIN;
+			nudge = grs_nudge_in(rs);
+			if (nudge >= 0 && (nudge_wait < 0 || nudge < nudge_wait))
+				nudge_wait = nudge + 1;
 		}
 		if (timeout >= 0) {
 			uint64_t gone = grs_now_ms() - start_ms;
@@ -159,9 +154,13 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			}
 			wait = (int)((uint64_t)timeout - gone);
 		}
+		if (nudge_wait >= 0 && (wait < 0 || nudge_wait < wait))
+			wait = nudge_wait; /* wake to send it (grs_revents) */
 		n = poll(kfds, nfds, wait);
-		if (n <= 0)
+		if (n < 0 || (n == 0 && nudge_wait < 0))
 			break;
+		if (n == 0)
+			continue;
 		n = 0;
 		for (nfds_t i = 0; i < nfds; i++) {
 			struct grs *rs;
