@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -550,6 +551,47 @@ out:
 	return ret;
 }
 
+/* After our disconnect, until the peer's (its TCP FIN: DISCONNECTED) or
+ * GRS_LINGER_MS. Why: a socket closed while the peer still sends (its last
+ * credit grants) is reset, and a peer that has not read all our data yet
+ * loses it to the reset (seen with librdmacm on siw over qemu's slirp).
+ * Meanwhile the CQ is drained, so the peer's last messages find receives. */
+static void grs_linger(struct grs *rs)
+{
+	uint64_t end = grs_now_ms() + GRS_LINGER_MS, now;
+	struct grs_event ev;
+
+	if (!rs->cq)
+		return;
+	pthread_mutex_lock(&rs->cq_lock);
+	if (!rs->cq_armed) {
+		ibv_req_notify_cq(rs->cq, 0);
+		rs->cq_armed = 1;
+	}
+	pthread_mutex_unlock(&rs->cq_lock);
+	while ((now = grs_now_ms()) < end) {
+		struct pollfd p[2] = { { .fd = rs->ch->fd, .events = POLLIN },
+				       { .fd = rs->cch->fd, .events = POLLIN } };
+
+		if (poll(p, 2, (int)(end - now)) <= 0)
+			break;
+		if (p[0].revents) {
+			if (grs_next_event(rs->ch, &ev))
+				break;
+			if (ev.type == RDMA_CM_EVENT_DISCONNECTED)
+				break;
+		}
+		if (p[1].revents) {
+			(void)grs_cq_event(rs);
+			(void)grs_process(rs, 1, grs_any);
+			pthread_mutex_lock(&rs->cq_lock);
+			ibv_req_notify_cq(rs->cq, 0);
+			rs->cq_armed = 1;
+			pthread_mutex_unlock(&rs->cq_lock);
+		}
+	}
+}
+
 int rclose(int socket)
 {
 	struct grs *rs = grs_get(socket);
@@ -558,6 +600,10 @@ int rclose(int socket)
 		return -1;
 	if (rs->state == GRS_CONNECTED)
 		rshutdown(socket, SHUT_RDWR);
+	if (rs->state == GRS_CLOSED) {
+		rdma_disconnect(rs->id); /* a no-op when rshutdown did it */
+		grs_linger(rs);
+	}
 	grs_free(rs);
 	return 0;
 }

@@ -45,6 +45,7 @@
 #define GRS_SPIN_USEC 10        /* poll this long before sleeping on the CQ */
 #define GRS_RESOLVE_MS 2000
 #define GRS_NUDGE_MS 200
+#define GRS_LINGER_MS 1000
 
 enum grs_state {
 	GRS_IDLE,          /* created */
