@@ -656,6 +656,8 @@ static ssize_t grs_recv(struct grs *rs, uint8_t *buf, size_t len, int flags)
 		errno = ENOTCONN;
 		return -1;
 	}
+	if (!len)
+		return 0; /* as recv(2): nothing asked, nothing waited for */
 	pthread_mutex_lock(&rs->rlock);
 	do {
 		pthread_mutex_lock(&rs->cq_lock);

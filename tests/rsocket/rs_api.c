@@ -92,6 +92,7 @@ static void *stream_server(void *arg)
 	REQUIRE(fd >= 0);
 	CHECK(plen == sizeof(peer) && peer.sin_family == AF_INET &&
 	      peer.sin_addr.s_addr == htonl(INADDR_LOOPBACK));
+	CHECK(rrecv(fd, peek, 0, 0) == 0);
 	CHECK(rrecv(fd, peek, sizeof(peek), MSG_PEEK | MSG_WAITALL) > 0);
 	CHECK(rrecv(fd, in, BIG, MSG_WAITALL) == (ssize_t)BIG);
 	fill(want, BIG, 1);
