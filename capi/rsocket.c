@@ -354,6 +354,9 @@ int grs_do_connect(struct grs *rs)
 			rs->connected_ms = grs_now_ms();
 			rs->state = GRS_CONNECTED;
 			pthread_mutex_unlock(&rs->cq_lock);
+			/* speak first (our credit grant), so the accepting side,
+			 * which waits for that, may send at once */
+			(void)grs_process(rs, 1, grs_any);
 			return 0;
 		case GRS_ACCEPTING:
 			if (ev.type != RDMA_CM_EVENT_ESTABLISHED)

@@ -348,6 +348,37 @@ static int case_iomap(void)
 	return failures != 0;
 }
 
+/* ---- greet: the accepting side speaks first ---------------------------------- */
+
+static void *greet_server(void *arg)
+{
+	int lfd = *(int *)arg, fd = raccept(lfd, NULL, NULL);
+	double t0 = giw_now();
+
+	REQUIRE(fd >= 0);
+	send_all(fd, (const uint8_t *)"hello", 5); /* the client is busy elsewhere */
+	CHECK(giw_now() - t0 < 0.15);               /* sent before the client's next call */
+	CHECK(rclose(fd) == 0);
+	return NULL;
+}
+
+static int case_greet(void)
+{
+	int lfd = listener(0, 0), fd;
+	pthread_t t;
+	char b[8];
+
+	REQUIRE(pthread_create(&t, NULL, greet_server, &lfd) == 0);
+	fd = connect_to(0);
+	usleep(300 * 1000);
+	CHECK(rrecv(fd, b, 5, MSG_WAITALL) == 5 && memcmp(b, "hello", 5) == 0);
+	CHECK(rrecv(fd, b, 1, 0) == 0);
+	pthread_join(t, NULL);
+	CHECK(rclose(fd) == 0);
+	CHECK(rclose(lfd) == 0);
+	return failures != 0;
+}
+
 /* ---- many: connections one after another (ids, fds and memory come back) ---- */
 
 static void *many_server(void *arg)
@@ -400,6 +431,7 @@ int main(int argc, char **argv)
 	} cases[] = {
 		{ "stream", case_stream },   { "nonblock", case_nonblock }, { "refused", case_refused },
 		{ "misc", case_misc },       { "iomap", case_iomap },       { "many", case_many },
+		{ "greet", case_greet },
 	};
 
 	if (argc < 2) {
