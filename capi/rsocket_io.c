@@ -369,6 +369,12 @@ static void grs_recv_msg(struct grs *rs, uint32_t msg)
 {
 	switch (grs_msg_op(msg)) {
 	case GRS_OP_DATA:
+		/* a write never spans more than the half we offered: a longer
+		 * one would make rrecv read past rbuf */
+		if (grs_msg_arg(msg) > rs->rbuf_size / 2) {
+			grs_fail(rs, EPROTO);
+			break;
+		}
 		rs->rmsg[rs->rmsg_tail].op = GRS_OP_DATA;
 		rs->rmsg[rs->rmsg_tail].len = grs_msg_arg(msg);
 		rs->rmsg_tail = (rs->rmsg_tail + 1) % (rs->rq_size + 1u);
