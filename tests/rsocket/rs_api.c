@@ -14,9 +14,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/mman.h>
+#include <rdma/rdma_cma.h>
 #include <rdma/rsocket.h>
 
 #include "giw_test.h"
+#include "../../capi/rsocket_wire.h"
 
 static int port;
 
@@ -379,6 +381,127 @@ static int case_greet(void)
 	return failures != 0;
 }
 
+/* ---- hostile: a hand-made peer (rdma_cm + verbs) with bad connection data
+ * and a bad message: refused or failed, never a crash or a read past rbuf --- */
+
+struct raw {
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+	struct ibv_mr *mr;
+	uint8_t buf[4096];
+};
+
+static struct rdma_cm_event *raw_event(struct raw *r)
+{
+	struct pollfd p = { .fd = r->ch->fd, .events = POLLIN };
+	struct rdma_cm_event *e;
+
+	REQUIRE(poll(&p, 1, 10000) == 1);
+	REQUIRE(rdma_get_cm_event(r->ch, &e) == 0);
+	return e;
+}
+
+/* Connects with pdata; the event that ends the attempt. */
+static enum rdma_cm_event_type raw_connect(struct raw *r, const uint8_t *pdata, uint8_t len)
+{
+	struct sockaddr_in a = lo();
+	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
+						.max_recv_sge = 1, .max_inline_data = 64 },
+				       .qp_type = IBV_QPT_RC };
+	struct rdma_conn_param cp = { .private_data = pdata, .private_data_len = len,
+				      .initiator_depth = 1 };
+	struct rdma_cm_event *e;
+	enum rdma_cm_event_type t;
+
+	REQUIRE((r->ch = rdma_create_event_channel()) != NULL);
+	REQUIRE(rdma_create_id(r->ch, &r->id, NULL, RDMA_PS_TCP) == 0);
+	REQUIRE(rdma_resolve_addr(r->id, NULL, (struct sockaddr *)&a, 2000) == 0);
+	e = raw_event(r);
+	REQUIRE(e->event == RDMA_CM_EVENT_ADDR_RESOLVED);
+	rdma_ack_cm_event(e);
+	REQUIRE(rdma_resolve_route(r->id, 2000) == 0);
+	e = raw_event(r);
+	REQUIRE(e->event == RDMA_CM_EVENT_ROUTE_RESOLVED);
+	rdma_ack_cm_event(e);
+	REQUIRE(rdma_create_qp(r->id, NULL, &qa) == 0);
+	REQUIRE((r->mr = ibv_reg_mr(r->id->qp->pd, r->buf, sizeof(r->buf),
+				    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)) != NULL);
+	for (int i = 0; i < 8; i++) {
+		struct ibv_sge sg = { (uintptr_t)r->buf + 4000 + 4 * (unsigned)i, 4, r->mr->lkey };
+		struct ibv_recv_wr wr = { .sg_list = &sg, .num_sge = 1 }, *bad;
+
+		REQUIRE(ibv_post_recv(r->id->qp, &wr, &bad) == 0);
+	}
+	REQUIRE(rdma_connect(r->id, &cp) == 0);
+	e = raw_event(r);
+	t = e->event;
+	rdma_ack_cm_event(e);
+	return t;
+}
+
+static void raw_close(struct raw *r)
+{
+	rdma_disconnect(r->id);
+	rdma_destroy_qp(r->id);
+	ibv_dereg_mr(r->mr);
+	rdma_destroy_id(r->id);
+	rdma_destroy_event_channel(r->ch);
+}
+
+static void *hostile_server(void *arg)
+{
+	int lfd = *(int *)arg, fd;
+	char b[64];
+
+	errno = 0;
+	CHECK(raccept(lfd, NULL, NULL) < 0 && errno == ECONNABORTED); /* version 2 */
+	fd = raccept(lfd, NULL, NULL);
+	REQUIRE(fd >= 0);
+	errno = 0;
+	CHECK(rrecv(fd, b, sizeof(b), 0) < 0 && errno == EPROTO); /* a 512 MiB "write" */
+	CHECK(rclose(fd) == 0);
+	return NULL;
+}
+
+static int case_hostile(void)
+{
+	int lfd = listener(0, 0);
+	pthread_t t;
+	struct raw r1, r2;
+	struct grs_conn c;
+	uint8_t pd[GRS_CONN_LEN];
+
+	memset(&r1, 0, sizeof(r1));
+	memset(&r2, 0, sizeof(r2));
+	REQUIRE(pthread_create(&t, NULL, hostile_server, &lfd) == 0);
+	memset(&c, 0, sizeof(c));
+	c.version = 2;
+	c.credits = 8;
+	c.target.length = 2;
+	grs_conn_encode(pd, &c);
+	CHECK(raw_connect(&r1, pd, sizeof(pd)) == RDMA_CM_EVENT_REJECTED);
+
+	c.version = GRS_CONN_VERSION;
+	c.target = (struct grs_sge){ (uintptr_t)r2.buf, 0, 2 };
+	c.data_buf = (struct grs_sge){ (uintptr_t)r2.buf + 64, 0, 2048 };
+	grs_conn_encode(pd, &c); /* keys 0: the server fails before it writes here */
+	REQUIRE(raw_connect(&r2, pd, sizeof(pd)) == RDMA_CM_EVENT_ESTABLISHED);
+	uint32_t msg = grs_msg(GRS_OP_DATA, 0x1fffffff);
+	struct ibv_sge sg = { (uintptr_t)&msg, 4, 0 };
+	struct ibv_send_wr wr = { .sg_list = &sg, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED },
+			   *bad;
+	CHECK(ibv_post_send(r2.id->qp, &wr, &bad) == 0);
+	pthread_join(t, NULL);
+	raw_close(&r2);
+	rdma_destroy_qp(r1.id);
+	ibv_dereg_mr(r1.mr);
+	rdma_destroy_id(r1.id);
+	rdma_destroy_event_channel(r1.ch);
+	CHECK(rclose(lfd) == 0);
+	return failures != 0;
+}
+
 /* ---- many: connections one after another (ids, fds and memory come back) ---- */
 
 static void *many_server(void *arg)
@@ -431,7 +554,7 @@ int main(int argc, char **argv)
 	} cases[] = {
 		{ "stream", case_stream },   { "nonblock", case_nonblock }, { "refused", case_refused },
 		{ "misc", case_misc },       { "iomap", case_iomap },       { "many", case_many },
-		{ "greet", case_greet },
+		{ "greet", case_greet },     { "hostile", case_hostile },
 	};
 
 	if (argc < 2) {
