@@ -16,7 +16,7 @@
 # loaded (shim.c: no Go runtime there), read off its definition in CAPI_DIR/*.c:
 # PASS (string tables, enums, byte-order values: plain C, still called),
 # VOID (does nothing), PTR (NULL), NEG (-1: rdma_*, ssize_t, the two event
-# readers), ERRNO (the errno value, as most ibv_* return); errno is EPERM.
+# readers, the rsocket calls r*: -1 like the socket calls), ERRNO (the errno value, as most ibv_* return); errno is EPERM.
 #
 # The names are `nm -D --defined-only CORE` filtered by the `global:` patterns
 # of the version script MAP (build/libgoiwarp.map), so a new API function is
@@ -69,7 +69,7 @@ kind() {
   *'*'*) echo PTR ;;
   "void "*) echo VOID ;;
   ssize_t*) echo NEG ;;
-  *) case $1 in rdma_* | ibv_get_cq_event | ibv_get_async_event) echo NEG ;; ibv_fork_init) echo PASS ;; *) echo ERRNO ;; esac ;;
+  *) case $1 in rdma_* | r[a-z]* | ibv_get_cq_event | ibv_get_async_event) echo NEG ;; ibv_fork_init) echo PASS ;; *) echo ERRNO ;; esac ;;
   esac
 }
 kinds=$(for n in $names; do kind "$n" || exit 1; done) || exit 1

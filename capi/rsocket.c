@@ -1,0 +1,881 @@
+/* rsockets: the socket calls, connection set-up and options.
+ *
+ * An rsocket is numbered by the fd of its own CM event channel, as
+ * librdmacm's are, so its number never collides with the application's
+ * descriptors and rpoll can sleep on it. Ids are asynchronous (own channel,
+ * not librdmacm's synchronous mode) so that a non-blocking rsocket can
+ * connect step by step: each step reads one event, and O_NONBLOCK on the
+ * channel turns "no event yet" into EINPROGRESS/EAGAIN.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rsocket.h>
+
+#include "rsocket.h"
+
+/* ---- fd -> rsocket ------------------------------------------------------ */
+
+#define GRS_PAGE 1024
+#define GRS_PAGES 1024 /* fds below 2^20 */
+static struct grs **grs_pages[GRS_PAGES];
+static pthread_mutex_t grs_table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int grs_insert(struct grs *rs)
+{
+	unsigned fd = (unsigned)rs->fd, p = fd / GRS_PAGE;
+	struct grs **page;
+
+	if (rs->fd < 0 || p >= GRS_PAGES) {
+		errno = EMFILE;
+		return -1;
+	}
+	pthread_mutex_lock(&grs_table_lock);
+	page = grs_pages[p];
+	if (!page) {
+		page = calloc(GRS_PAGE, sizeof(*page));
+		if (!page) {
+			pthread_mutex_unlock(&grs_table_lock);
+			errno = ENOMEM;
+			return -1;
+		}
+		__atomic_store_n(&grs_pages[p], page, __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&page[fd % GRS_PAGE], rs, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&grs_table_lock);
+	return 0;
+}
+
+static void grs_remove(struct grs *rs)
+{
+	unsigned fd = (unsigned)rs->fd;
+	struct grs **page;
+
+	if (rs->fd < 0 || fd / GRS_PAGE >= GRS_PAGES)
+		return;
+	pthread_mutex_lock(&grs_table_lock);
+	page = grs_pages[fd / GRS_PAGE];
+	if (page && page[fd % GRS_PAGE] == rs)
+		__atomic_store_n(&page[fd % GRS_PAGE], NULL, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&grs_table_lock);
+}
+
+/* The rsocket numbered fd, or NULL with errno EBADF. */
+struct grs *grs_get(int fd)
+{
+	struct grs **page, *rs = NULL;
+
+	if (fd >= 0 && (unsigned)fd / GRS_PAGE < GRS_PAGES) {
+		page = __atomic_load_n(&grs_pages[(unsigned)fd / GRS_PAGE], __ATOMIC_ACQUIRE);
+		if (page)
+			rs = __atomic_load_n(&page[(unsigned)fd % GRS_PAGE], __ATOMIC_ACQUIRE);
+	}
+	if (!rs)
+		errno = EBADF;
+	return rs;
+}
+
+int grs_set_err(struct grs *rs, int e)
+{
+	(void)rs;
+	errno = e;
+	return -1;
+}
+
+int grs_nonblock(struct grs *rs, int flags)
+{
+	return (rs->fd_flags & O_NONBLOCK) || (flags & MSG_DONTWAIT);
+}
+
+/* ---- life cycle ------------------------------------------------------------ */
+
+static struct grs *grs_alloc(const struct grs *from)
+{
+	struct grs *rs = calloc(1, sizeof(*rs));
+
+	if (!rs)
+		return NULL;
+	rs->fd = -1;
+	rs->type = SOCK_STREAM;
+	if (from) { /* an accepted rsocket takes its listener's sizes */
+		rs->domain = from->domain;
+		rs->sbuf_size = from->sbuf_size;
+		rs->rbuf_size = from->rbuf_size;
+		rs->sq_size = from->sq_size;
+		rs->rq_size = from->rq_size;
+		rs->sq_inline = from->sq_inline;
+		rs->iomap_size = from->iomap_size;
+	} else {
+		rs->sbuf_size = GRS_DEF_WMEM;
+		rs->rbuf_size = GRS_DEF_RMEM;
+		rs->sq_size = GRS_DEF_SQSIZE;
+		rs->rq_size = GRS_DEF_RQSIZE;
+		rs->sq_inline = GRS_DEF_INLINE;
+	}
+	pthread_mutex_init(&rs->slock, NULL);
+	pthread_mutex_init(&rs->rlock, NULL);
+	pthread_mutex_init(&rs->cq_lock, NULL);
+	pthread_mutex_init(&rs->cq_wait, NULL);
+	pthread_mutex_init(&rs->map_lock, NULL);
+	return rs;
+}
+
+static void grs_free(struct grs *rs)
+{
+	grs_remove(rs);
+	grs_free_ep(rs);
+	if (rs->id)
+		rdma_destroy_id(rs->id);
+	if (rs->ch)
+		rdma_destroy_event_channel(rs->ch);
+	pthread_mutex_destroy(&rs->slock);
+	pthread_mutex_destroy(&rs->rlock);
+	pthread_mutex_destroy(&rs->cq_lock);
+	pthread_mutex_destroy(&rs->cq_wait);
+	pthread_mutex_destroy(&rs->map_lock);
+	free(rs);
+}
+
+int rsocket(int domain, int type, int protocol)
+{
+	int flags = type & (SOCK_NONBLOCK | SOCK_CLOEXEC);
+	struct grs *rs;
+
+	type &= ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (domain != AF_INET && domain != AF_INET6) {
+		errno = EAFNOSUPPORT;
+		return -1;
+	}
+	if (type != SOCK_STREAM || (protocol && protocol != IPPROTO_TCP)) {
+		/* datagram rsockets need UD QPs: iWARP has none */
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+	rs = grs_alloc(NULL);
+	if (!rs) {
+		errno = ENOMEM;
+		return -1;
+	}
+	rs->domain = domain;
+	rs->ch = rdma_create_event_channel();
+	if (!rs->ch || rdma_create_id(rs->ch, &rs->id, rs, RDMA_PS_TCP))
+		goto err;
+	rs->fd = rs->ch->fd;
+	if (flags & SOCK_CLOEXEC)
+		(void)fcntl(rs->fd, F_SETFD, FD_CLOEXEC);
+	if (flags & SOCK_NONBLOCK) {
+		rs->fd_flags = O_NONBLOCK;
+		if (fcntl(rs->fd, F_SETFL, O_NONBLOCK))
+			goto err;
+	}
+	if (grs_insert(rs))
+		goto err;
+	return rs->fd;
+err: {
+	int e = errno;
+
+	grs_free(rs);
+	errno = e;
+	return -1;
+}
+}
+
+int rbind(int socket, const struct sockaddr *addr, socklen_t addrlen)
+{
+	struct grs *rs = grs_get(socket);
+
+	if (!rs)
+		return -1;
+	if (!addr || addrlen < sizeof(struct sockaddr_in)) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (rs->state != GRS_IDLE) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (rdma_bind_addr(rs->id, (struct sockaddr *)addr))
+		return -1;
+	rs->state = GRS_BOUND;
+	return 0;
+}
+
+int rlisten(int socket, int backlog)
+{
+	struct grs *rs = grs_get(socket);
+
+	if (!rs)
+		return -1;
+	if (rs->state == GRS_LISTENING)
+		return 0;
+	if (rs->state != GRS_BOUND && rs->state != GRS_IDLE) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (rdma_listen(rs->id, backlog))
+		return -1;
+	rs->state = GRS_LISTENING;
+	return 0;
+}
+
+/* ---- connection set-up --------------------------------------------------------- */
+
+struct grs_event {
+	enum rdma_cm_event_type type;
+	int status;
+	struct rdma_cm_id *id;
+	uint8_t initiator_depth, responder_resources;
+	uint8_t pdata[GRS_CONN_LEN];
+	size_t pdata_len;
+};
+
+/* Reads (and acks) the next event of the channel. */
+static int grs_next_event(struct rdma_event_channel *ch, struct grs_event *out)
+{
+	struct rdma_cm_event *ev;
+
+	if (rdma_get_cm_event(ch, &ev))
+		return -1;
+	out->type = ev->event;
+	out->status = ev->status;
+	out->id = ev->id;
+	out->initiator_depth = ev->param.conn.initiator_depth;
+	out->responder_resources = ev->param.conn.responder_resources;
+	out->pdata_len = 0;
+	if (ev->param.conn.private_data && ev->param.conn.private_data_len) {
+		out->pdata_len = ev->param.conn.private_data_len;
+		if (out->pdata_len > sizeof(out->pdata))
+			out->pdata_len = sizeof(out->pdata);
+		memcpy(out->pdata, ev->param.conn.private_data, out->pdata_len);
+	}
+	rdma_ack_cm_event(ev);
+	return 0;
+}
+
+static int grs_event_errno(const struct grs_event *ev)
+{
+	switch (ev->type) {
+	case RDMA_CM_EVENT_REJECTED:
+		return ECONNREFUSED;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+		return ev->status < 0 && ev->status != -ETIMEDOUT ? -ev->status : EHOSTUNREACH;
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		return ev->status < 0 ? -ev->status : ECONNREFUSED;
+	default:
+		return ECONNRESET;
+	}
+}
+
+static void grs_set_channel_block(struct grs *rs, int nonblock)
+{
+	(void)fcntl(rs->ch->fd, F_SETFL, nonblock ? O_NONBLOCK : 0);
+}
+
+/* One step further towards CONNECTED; -1 with EINPROGRESS while the next
+ * event is not there yet on a non-blocking rsocket. */
+int grs_do_connect(struct grs *rs)
+{
+	struct rdma_conn_param param;
+	struct grs_conn c;
+	struct grs_event ev;
+	uint8_t pd[GRS_CONN_LEN];
+
+	if (rs->state == GRS_IDLE || rs->state == GRS_BOUND) {
+		if (rdma_resolve_addr(rs->id, NULL, (struct sockaddr *)&rs->id->route.addr.dst_storage,
+				      GRS_RESOLVE_MS))
+			goto fail;
+		rs->state = GRS_OPENING;
+		rs->phase = GRS_RESOLVE_ADDR;
+	}
+	if (rs->state != GRS_OPENING) {
+		errno = rs->state == GRS_CONNECTED ? EISCONN : EINVAL;
+		return -1;
+	}
+	for (;;) {
+		if (rs->phase == GRS_ACCEPTING && !(rs->fd_flags & O_NONBLOCK))
+			grs_set_channel_block(rs, 0);
+		if (grs_next_event(rs->ch, &ev)) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				errno = EINPROGRESS;
+				return -1;
+			}
+			if (errno == EINTR)
+				return -1;
+			goto fail;
+		}
+		switch (rs->phase) {
+		case GRS_RESOLVE_ADDR:
+			if (ev.type != RDMA_CM_EVENT_ADDR_RESOLVED)
+				goto fail_ev;
+			if (rdma_resolve_route(rs->id, GRS_RESOLVE_MS))
+				goto fail;
+			rs->phase = GRS_RESOLVE_ROUTE;
+			break;
+		case GRS_RESOLVE_ROUTE:
+			if (ev.type != RDMA_CM_EVENT_ROUTE_RESOLVED)
+				goto fail_ev;
+			if (grs_create_ep(rs))
+				goto fail;
+			grs_conn_fill(rs, &c);
+			grs_conn_encode(pd, &c);
+			memset(&param, 0, sizeof(param));
+			param.private_data = pd;
+			param.private_data_len = sizeof(pd);
+			param.flow_control = 1;
+			param.retry_count = 7;
+			param.rnr_retry_count = 7;
+			/* as librdmacm on iWARP: the peer may use a zero-length RDMA
+			 * Read as its ready-to-receive, which needs an ORD of 1 here */
+			param.initiator_depth = 1;
+			if (rdma_connect(rs->id, &param))
+				goto fail;
+			rs->phase = GRS_CONNECTING;
+			break;
+		case GRS_CONNECTING:
+			if (ev.type != RDMA_CM_EVENT_ESTABLISHED)
+				goto fail_ev;
+			if (grs_conn_decode(ev.pdata, ev.pdata_len, &c)) {
+				errno = EPROTO;
+				goto fail;
+			}
+			pthread_mutex_lock(&rs->cq_lock);
+			grs_conn_save(rs, &c);
+			rs->readable = rs->writable = 1;
+			rs->connected_ms = grs_now_ms();
+			rs->state = GRS_CONNECTED;
+			pthread_mutex_unlock(&rs->cq_lock);
+			/* speak first (our credit grant), so the accepting side,
+			 * which waits for that, may send at once */
+			(void)grs_process(rs, 1, grs_any);
+			return 0;
+		case GRS_ACCEPTING:
+			if (ev.type != RDMA_CM_EVENT_ESTABLISHED)
+				goto fail_ev;
+			pthread_mutex_lock(&rs->cq_lock);
+			rs->readable = rs->writable = 1;
+			rs->state = GRS_CONNECTED;
+			pthread_mutex_unlock(&rs->cq_lock);
+			return 0;
+		}
+	}
+fail_ev:
+	errno = grs_event_errno(&ev);
+fail:
+	rs->state = GRS_CONNECT_ERROR;
+	rs->err = errno;
+	return -1;
+}
+
+int rconnect(int socket, const struct sockaddr *addr, socklen_t addrlen)
+{
+	struct grs *rs = grs_get(socket);
+
+	if (!rs)
+		return -1;
+	switch (rs->state) {
+	case GRS_IDLE:
+	case GRS_BOUND:
+		if (!addr || addrlen < sizeof(struct sockaddr_in) ||
+		    addrlen > sizeof(rs->id->route.addr.dst_storage)) {
+			errno = EINVAL;
+			return -1;
+		}
+		memcpy(&rs->id->route.addr.dst_storage, addr, addrlen);
+		return grs_do_connect(rs);
+	case GRS_OPENING:
+		return grs_do_connect(rs);
+	case GRS_CONNECTED:
+		errno = EISCONN;
+		return -1;
+	default:
+		errno = rs->err ? rs->err : EINVAL;
+		return -1;
+	}
+}
+
+/* The listener's next connection. Its channel's O_NONBLOCK decides whether
+ * this waits; a blocking listener also waits for the connection to be
+ * established, a non-blocking one leaves that to the first call on the new
+ * rsocket (rpoll, rsend, rrecv), so one thread can connect to itself. */
+int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
+{
+	struct grs *rs = grs_get(socket), *n;
+	struct rdma_conn_param param;
+	struct grs_event ev;
+	struct grs_conn c;
+	uint8_t pd[GRS_CONN_LEN];
+	int e;
+
+	if (!rs)
+		return -1;
+	if (rs->state != GRS_LISTENING) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (;;) {
+		if (grs_next_event(rs->ch, &ev))
+			return -1;
+		if (ev.type == RDMA_CM_EVENT_CONNECT_REQUEST)
+			break;
+	}
+	if (grs_conn_decode(ev.pdata, ev.pdata_len, &c)) {
+		/* not an rsocket peer */
+		rdma_reject(ev.id, NULL, 0);
+		rdma_destroy_id(ev.id);
+		errno = ECONNABORTED;
+		return -1;
+	}
+	n = grs_alloc(rs);
+	if (!n) {
+		rdma_reject(ev.id, NULL, 0);
+		rdma_destroy_id(ev.id);
+		errno = ENOMEM;
+		return -1;
+	}
+	n->id = ev.id;
+	n->id->context = n;
+	n->passive = 1;
+	n->ch = rdma_create_event_channel();
+	if (!n->ch || rdma_migrate_id(n->id, n->ch))
+		goto err;
+	n->fd = n->ch->fd;
+	if (rs->fd_flags & O_NONBLOCK)
+		grs_set_channel_block(n, 1);
+	if (grs_create_ep(n))
+		goto err;
+	pthread_mutex_lock(&n->cq_lock);
+	grs_conn_save(n, &c);
+	pthread_mutex_unlock(&n->cq_lock);
+	grs_conn_fill(n, &c);
+	grs_conn_encode(pd, &c);
+	memset(&param, 0, sizeof(param));
+	param.private_data = pd;
+	param.private_data_len = sizeof(pd);
+	param.initiator_depth = ev.initiator_depth;
+	param.responder_resources = ev.responder_resources;
+	param.flow_control = 1;
+	param.rnr_retry_count = 7;
+	if (rdma_accept(n->id, &param))
+		goto err;
+	n->state = GRS_OPENING;
+	n->phase = GRS_ACCEPTING;
+	if (grs_insert(n))
+		goto err;
+	if (!(rs->fd_flags & O_NONBLOCK) && grs_do_connect(n)) {
+		e = errno;
+		grs_free(n);
+		errno = e;
+		return -1;
+	}
+	if (addr && addrlen)
+		rgetpeername(n->fd, addr, addrlen);
+	return n->fd;
+err:
+	e = errno;
+	if (n->id && !n->id->qp)
+		rdma_reject(n->id, NULL, 0);
+	grs_free(n);
+	errno = e;
+	return -1;
+}
+
+/* ---- shutdown and close ------------------------------------------------------------ */
+
+int rshutdown(int socket, int how)
+{
+	struct grs *rs = grs_get(socket);
+	uint32_t ctrl;
+	int ret = 0, nb;
+
+	if (!rs)
+		return -1;
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (rs->state != GRS_CONNECTED && rs->state != GRS_CLOSED && rs->state != GRS_FAILED) {
+		errno = ENOTCONN;
+		return -1;
+	}
+	nb = rs->fd_flags & O_NONBLOCK;
+	if (nb)
+		(void)fcntl(rs->cch->fd, F_SETFL, 0); /* shutdown waits for its sends */
+	pthread_mutex_lock(&rs->cq_lock);
+	if (rs->state == GRS_CONNECTED) {
+		if (how == SHUT_RDWR) {
+			ctrl = GRS_CTRL_DISCONNECT;
+			rs->readable = rs->writable = 0;
+		} else if (how == SHUT_WR) {
+			rs->writable = 0;
+			ctrl = rs->readable ? GRS_CTRL_SHUTDOWN : GRS_CTRL_DISCONNECT;
+		} else {
+			rs->readable = 0;
+			ctrl = GRS_CTRL_DISCONNECT;
+			if (rs->writable) {
+				pthread_mutex_unlock(&rs->cq_lock);
+				goto out;
+			}
+		}
+		pthread_mutex_unlock(&rs->cq_lock);
+		if (rs->ctrl_used >= GRS_CTRL_SLOTS)
+			ret = grs_process(rs, 0, grs_any);
+		pthread_mutex_lock(&rs->cq_lock);
+		while (!ret && rs->state == GRS_CONNECTED && rs->ctrl_used >= GRS_CTRL_SLOTS) {
+			pthread_mutex_unlock(&rs->cq_lock);
+			ret = grs_process(rs, 0, grs_any);
+			pthread_mutex_lock(&rs->cq_lock);
+		}
+		if (!ret && rs->state == GRS_CONNECTED && !grs_may_speak(rs)) {
+			/* the peer never spoke, so we may not: the disconnect says it */
+			if (ctrl == GRS_CTRL_DISCONNECT)
+				rs->state = GRS_CLOSED;
+		} else if (!ret && rs->state == GRS_CONNECTED) {
+			ret = grs_send_ctrl(rs, ctrl);
+		}
+	}
+	pthread_mutex_unlock(&rs->cq_lock);
+	if (!ret && rs->state == GRS_CONNECTED)
+		ret = grs_process(rs, 0, grs_all_sent);
+out:
+	if (nb && rs->state == GRS_CONNECTED)
+		(void)fcntl(rs->cch->fd, F_SETFL, O_NONBLOCK);
+	if (rs->state == GRS_CLOSED || rs->state == GRS_FAILED)
+		rdma_disconnect(rs->id); /* flushes the QP: wakes pollers on both sides */
+	return ret;
+}
+
+/* After our disconnect, until the peer's (its TCP FIN: DISCONNECTED) or
+ * GRS_LINGER_MS. Why: a socket closed while the peer still sends (its last
+ * credit grants) is reset, and a peer that has not read all our data yet
+ * loses it to the reset (seen with librdmacm on siw over qemu's slirp).
+ * Meanwhile the CQ is drained, so the peer's last messages find receives. */
+static void grs_linger(struct grs *rs)
+{
+	uint64_t end = grs_now_ms() + GRS_LINGER_MS, now;
+	struct grs_event ev;
+
+	if (!rs->cq)
+		return;
+	pthread_mutex_lock(&rs->cq_lock);
+	if (!rs->cq_armed) {
+		ibv_req_notify_cq(rs->cq, 0);
+		rs->cq_armed = 1;
+	}
+	pthread_mutex_unlock(&rs->cq_lock);
+	while ((now = grs_now_ms()) < end) {
+		struct pollfd p[2] = { { .fd = rs->ch->fd, .events = POLLIN },
+				       { .fd = rs->cch->fd, .events = POLLIN } };
+
+		if (poll(p, 2, (int)(end - now)) <= 0)
+			break;
+		if (p[0].revents) {
+			if (grs_next_event(rs->ch, &ev))
+				break;
+			if (ev.type == RDMA_CM_EVENT_DISCONNECTED)
+				break;
+		}
+		if (p[1].revents) {
+			(void)grs_cq_event(rs);
+			(void)grs_process(rs, 1, grs_any);
+			pthread_mutex_lock(&rs->cq_lock);
+			ibv_req_notify_cq(rs->cq, 0);
+			rs->cq_armed = 1;
+			pthread_mutex_unlock(&rs->cq_lock);
+		}
+	}
+}
+
+int rclose(int socket)
+{
+	struct grs *rs = grs_get(socket);
+
+	if (!rs)
+		return -1;
+	if (rs->state == GRS_CONNECTED)
+		rshutdown(socket, SHUT_RDWR);
+	if (rs->state == GRS_CLOSED) {
+		rdma_disconnect(rs->id); /* a no-op when rshutdown did it */
+		grs_linger(rs);
+	}
+	grs_free(rs);
+	return 0;
+}
+
+/* ---- names ---------------------------------------------------------------------------- */
+
+static int grs_copy_addr(struct sockaddr *dst, socklen_t *len, const struct sockaddr *src)
+{
+	socklen_t n;
+
+	if (!dst || !len) {
+		errno = EFAULT;
+		return -1;
+	}
+	n = src->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	memcpy(dst, src, *len < n ? *len : n);
+	*len = n;
+	return 0;
+}
+
+int rgetpeername(int socket, struct sockaddr *addr, socklen_t *addrlen)
+{
+	struct grs *rs = grs_get(socket);
+
+	if (!rs)
+		return -1;
+	if (rs->state != GRS_CONNECTED && rs->state != GRS_CLOSED && rs->state != GRS_FAILED) {
+		errno = ENOTCONN;
+		return -1;
+	}
+	return grs_copy_addr(addr, addrlen, rdma_get_peer_addr(rs->id));
+}
+
+int rgetsockname(int socket, struct sockaddr *addr, socklen_t *addrlen)
+{
+	struct grs *rs = grs_get(socket);
+	struct sockaddr_storage any;
+
+	if (!rs)
+		return -1;
+	if (rdma_get_local_addr(rs->id)->sa_family)
+		return grs_copy_addr(addr, addrlen, rdma_get_local_addr(rs->id));
+	memset(&any, 0, sizeof(any)); /* unbound: the wildcard, as getsockname says */
+	any.ss_family = (sa_family_t)rs->domain;
+	return grs_copy_addr(addr, addrlen, (struct sockaddr *)&any);
+}
+
+/* ---- options ---------------------------------------------------------------------------- */
+
+static void grs_flag(uint64_t *set, int optname, int on)
+{
+	if (optname < 0 || optname >= 64)
+		return;
+	if (on)
+		*set |= 1ull << optname;
+	else
+		*set &= ~(1ull << optname);
+}
+
+static int grs_int_opt(const void *optval, socklen_t optlen, int *v)
+{
+	if (!optval || optlen < sizeof(int)) {
+		errno = EINVAL;
+		return -1;
+	}
+	memcpy(v, optval, sizeof(int));
+	return 0;
+}
+
+int rsetsockopt(int socket, int level, int optname, const void *optval, socklen_t optlen)
+{
+	struct grs *rs = grs_get(socket);
+	int v;
+
+	if (!rs)
+		return -1;
+	if (level == SOL_SOCKET && optname == SO_LINGER) {
+		const struct linger *l = optval;
+
+		if (!l || optlen < sizeof(*l)) {
+			errno = EINVAL;
+			return -1;
+		}
+		grs_flag(&rs->so_opts, SO_LINGER, l->l_onoff);
+		return 0;
+	}
+	if (grs_int_opt(optval, optlen, &v))
+		return -1;
+	switch (level) {
+	case SOL_SOCKET:
+		switch (optname) {
+		case SO_REUSEADDR:
+			if (rdma_set_option(rs->id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &v, sizeof(v)) &&
+			    errno != ENOSYS && errno != EOPNOTSUPP && errno != ENOPROTOOPT)
+				return -1;
+			grs_flag(&rs->so_opts, optname, v);
+			return 0;
+		case SO_RCVBUF:
+			if (!rs->rbuf && v > 0)
+				rs->rbuf_size = (uint32_t)v << 1;
+			return 0;
+		case SO_SNDBUF:
+			if (!rs->sbuf && v > 0)
+				rs->sbuf_size = (uint32_t)v << 1;
+			if (rs->sbuf_size < 2 * GRS_SNDLOWAT)
+				rs->sbuf_size = 2 * GRS_SNDLOWAT;
+			return 0;
+		case SO_OOBINLINE:
+			grs_flag(&rs->so_opts, optname, v);
+			return 0;
+		case SO_KEEPALIVE:
+			/* librdmacm runs a thread sending keepalive messages; not here */
+			errno = EOPNOTSUPP;
+			return -1;
+		}
+		break;
+	case IPPROTO_TCP:
+		switch (optname) {
+		case TCP_NODELAY: /* every send goes out at once anyway */
+			grs_flag(&rs->tcp_opts, optname, v);
+			return 0;
+		case TCP_MAXSEG:
+			return 0;
+		case TCP_KEEPIDLE:
+		case TCP_KEEPINTVL:
+		case TCP_KEEPCNT:
+			errno = EOPNOTSUPP;
+			return -1;
+		}
+		break;
+	case IPPROTO_IPV6:
+		if (optname == IPV6_V6ONLY) {
+			if (rdma_set_option(rs->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &v, sizeof(v)))
+				return -1;
+			grs_flag(&rs->ipv6_opts, optname, v);
+			return 0;
+		}
+		break;
+	case SOL_RDMA:
+		if (rs->state >= GRS_OPENING || rs->cq) {
+			errno = EINVAL;
+			return -1;
+		}
+		switch (optname) {
+		case RDMA_SQSIZE:
+			rs->sq_size = (uint16_t)((uint32_t)v > GRS_QP_MAX ? GRS_QP_MAX : (uint32_t)v);
+			return 0;
+		case RDMA_RQSIZE:
+			rs->rq_size = (uint16_t)((uint32_t)v > GRS_QP_MAX ? GRS_QP_MAX : (uint32_t)v);
+			return 0;
+		case RDMA_INLINE:
+			rs->sq_inline = (uint16_t)((uint32_t)v > GRS_QP_MAX ? GRS_QP_MAX : (uint32_t)v);
+			return 0;
+		case RDMA_IOMAPSIZE:
+			rs->iomap_size = grs_scale_to_value(grs_value_to_scale(v < 0 ? 0 : (uint32_t)v));
+			return 0;
+		case RDMA_ROUTE: /* an InfiniBand path record: nothing to do with it on iWARP */
+			errno = EOPNOTSUPP;
+			return -1;
+		}
+		break;
+	}
+	errno = ENOPROTOOPT;
+	return -1;
+}
+
+static int grs_put_int(void *optval, socklen_t *optlen, int v)
+{
+	if (!optval || !optlen || *optlen < sizeof(int)) {
+		errno = EINVAL;
+		return -1;
+	}
+	memcpy(optval, &v, sizeof(v));
+	*optlen = sizeof(int);
+	return 0;
+}
+
+int rgetsockopt(int socket, int level, int optname, void *optval, socklen_t *optlen)
+{
+	struct grs *rs = grs_get(socket);
+	int v;
+
+	if (!rs)
+		return -1;
+	switch (level) {
+	case SOL_SOCKET:
+		switch (optname) {
+		case SO_REUSEADDR:
+		case SO_KEEPALIVE:
+		case SO_OOBINLINE:
+			return grs_put_int(optval, optlen, !!(rs->so_opts & (1ull << optname)));
+		case SO_RCVBUF:
+			return grs_put_int(optval, optlen, (int)rs->rbuf_size);
+		case SO_SNDBUF:
+			return grs_put_int(optval, optlen, (int)rs->sbuf_size);
+		case SO_TYPE:
+			return grs_put_int(optval, optlen, rs->type);
+		case SO_ERROR:
+			v = rs->err;
+			if (grs_put_int(optval, optlen, v))
+				return -1;
+			rs->err = 0;
+			return 0;
+		case SO_LINGER: {
+			struct linger l = { !!(rs->so_opts & (1ull << SO_LINGER)), 0 };
+
+			if (!optval || !optlen || *optlen < sizeof(l)) {
+				errno = EINVAL;
+				return -1;
+			}
+			memcpy(optval, &l, sizeof(l));
+			*optlen = sizeof(l);
+			return 0;
+		}
+		}
+		break;
+	case IPPROTO_TCP:
+		switch (optname) {
+		case TCP_NODELAY:
+			return grs_put_int(optval, optlen, !!(rs->tcp_opts & (1ull << optname)));
+		case TCP_MAXSEG:
+			return grs_put_int(optval, optlen, 2048);
+		}
+		break;
+	case IPPROTO_IPV6:
+		if (optname == IPV6_V6ONLY)
+			return grs_put_int(optval, optlen, !!(rs->ipv6_opts & (1ull << optname)));
+		break;
+	case SOL_RDMA:
+		switch (optname) {
+		case RDMA_SQSIZE:
+			return grs_put_int(optval, optlen, rs->sq_size);
+		case RDMA_RQSIZE:
+			return grs_put_int(optval, optlen, rs->rq_size);
+		case RDMA_INLINE:
+			return grs_put_int(optval, optlen, rs->sq_inline);
+		case RDMA_IOMAPSIZE:
+			return grs_put_int(optval, optlen, (int)rs->iomap_size);
+		}
+		break;
+	}
+	errno = ENOPROTOOPT;
+	return -1;
+}
+
+int rfcntl(int socket, int cmd, ... /* arg */)
+{
+	struct grs *rs = grs_get(socket);
+	va_list ap;
+	int arg, nb;
+
+	if (!rs)
+		return -1;
+	switch (cmd) {
+	case F_GETFL:
+		return rs->fd_flags;
+	case F_SETFL:
+		va_start(ap, cmd);
+		arg = va_arg(ap, int);
+		va_end(ap);
+		nb = arg & O_NONBLOCK;
+		if (rs->cch && fcntl(rs->cch->fd, F_SETFL, nb))
+			return -1;
+		if (rs->state != GRS_CONNECTED && fcntl(rs->ch->fd, F_SETFL, nb))
+			return -1;
+		rs->fd_flags = arg;
+		return 0;
+	default:
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+}
