@@ -21,11 +21,10 @@ Rows named *-noR / qperf-noCM-* connect without librdmacm (issue 11: the
 connection is set up underneath ibv_modify_qp); the runner sets
 GOIWARP_QP_PORT_BASE=30600 (their per-process listeners take 30600-30854)
 unless the environment has one. Such a row names its librdmacm twin (the
-same test with -R / -cm1): its figure (BW average, median latency, qperf's
-bw or latency) must not be more than 20 % worse than the twin's from the
-same run. One outside that is run again, with its twin, up to 6 times, and
-the best figure of each counts (on a shared 2-core machine single runs of
-the same test differ by 2x and more).
+same test with -R / -cm1), and its figure (BW average, median latency,
+qperf's bw or latency) is noted beside the twin's from the same run. The
+comparison never fails a row: single runs of one test differ by 2x and more
+on a shared 2-core machine, and timing belongs to bench/, not to CI.
 """
 import argparse
 import math
@@ -315,9 +314,6 @@ def check_pingpong(r):
                 return "%s: %r, want figures > 0" % (side, m.group(0))
     return None
 
-
-# How often a row outside 20 % of its twin is run again (with the twin).
-TWIN_RERUNS = 6
 
 # perftest leaks its send-credit MR when it does not use librdmacm (it
 # deregisters it only with -R), so ibv_dealloc_pd fails EBUSY as the kernel's
@@ -620,28 +616,14 @@ def tolerated(row, status, proc, res, side):
 
 
 def compare_twin(row, res, twin_res):
-    """None, or why row's figure is more than 20 % worse than its twin's."""
+    """Notes row's figure beside its twin's (information, never a failure)."""
     a, b = row.figure(res), row.figure(twin_res)
     if a is None or b is None:
-        return "no figure to compare with %s" % row.twin
+        res.notes.append("no figure to compare with %s" % row.twin)
+        return
     (va, higher), (vb, _) = a, b
-    worse = vb / va if higher else va / vb
     res.notes.append("%s %.4g vs %s %.4g (%s is better)" % (
         row.name, va, row.twin, vb, "higher" if higher else "lower"))
-    if worse > 1.2:
-        return "%.4g is %.0f %% worse than %s's %.4g" % (va, (worse - 1) * 100, row.twin, vb)
-    return None
-
-
-def best(figure, r1, r2):
-    """Of two runs of a row, the one whose figure is better."""
-    f1, f2 = figure(r1), figure(r2)
-    if f1 is None:
-        return r2
-    if f2 is None:
-        return r1
-    (v1, higher), (v2, _) = f1, f2
-    return r1 if (v1 >= v2) == higher else r2
 
 
 def load_known(path):
@@ -711,23 +693,7 @@ def main():
         if res.ok and row.twin and twin is None:
             res.notes.append("no comparison: twin %s did not run or failed" % row.twin)
         elif res.ok and row.twin:
-            why = compare_twin(row, res, twin)
-            for _ in range(TWIN_RERUNS):
-                if not why:
-                    break
-                # Noise on a shared machine: both again, the better of each.
-                res.notes.append("again, with %s: %s" % (row.twin, why))
-                t2 = run_row(byname[row.twin], lib, logdir, ports, a.timeout)
-                r2 = run_row(row, lib, logdir, ports, a.timeout)
-                if t2.ok:
-                    twin = best(row.figure, twin, t2)
-                if r2.ok:
-                    r2.notes = res.notes + r2.notes
-                    res = best(row.figure, res, r2)
-                why = compare_twin(row, res, twin)
-            if why:
-                res.problems = ["vs %s (librdmacm): %s" % (row.twin, why)]
-                res.ok = False
+            compare_twin(row, res, twin)
         if res.ok:
             done[row.name] = res
             status = "XPASS" if row.name in known else "PASS"
