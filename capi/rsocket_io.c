@@ -579,6 +579,28 @@ static int grs_can_send_or_end(struct grs *rs)
 	return grs_can_send(rs) || !(rs->state == GRS_CONNECTED && rs->writable);
 }
 
+/* Takes cq_lock once rs may send, waiting for credits and room unless the
+ * call is non-blocking: 0 with the lock held, or non-zero with errno set
+ * (the connection's own error once it failed). */
+static int grs_lock_sendable(struct grs *rs, int flags)
+{
+	int ret;
+
+	pthread_mutex_lock(&rs->cq_lock);
+	if (grs_can_send(rs))
+		return 0;
+	pthread_mutex_unlock(&rs->cq_lock);
+	ret = grs_wait(rs, grs_nonblock(rs, flags), grs_can_send_or_end);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&rs->cq_lock);
+	if (grs_can_send(rs))
+		return 0;
+	pthread_mutex_unlock(&rs->cq_lock);
+	errno = rs->state == GRS_FAILED && rs->err ? rs->err : ECONNRESET;
+	return -1;
+}
+
 int grs_have_data(struct grs *rs)
 {
 	return rs->rmsg_head != rs->rmsg_tail;
@@ -784,20 +806,9 @@ static ssize_t grs_sendv(struct grs *rs, const struct iovec *iov, int iovcnt, in
 		uint32_t xfer;
 		int n, wflags, e;
 
-		pthread_mutex_lock(&rs->cq_lock);
-		if (!grs_can_send(rs)) {
-			pthread_mutex_unlock(&rs->cq_lock);
-			ret = grs_wait(rs, grs_nonblock(rs, flags), grs_can_send_or_end);
-			if (ret)
-				break;
-			pthread_mutex_lock(&rs->cq_lock);
-			if (!grs_can_send(rs)) {
-				pthread_mutex_unlock(&rs->cq_lock);
-				errno = rs->state == GRS_FAILED && rs->err ? rs->err : ECONNRESET;
-				ret = -1;
-				break;
-			}
-		}
+		ret = grs_lock_sendable(rs, flags);
+		if (ret)
+			break;
 		if (olen < left) {
 			xfer = olen;
 			if (olen < GRS_MAX_XFER)
@@ -859,20 +870,9 @@ static int grs_send_iomaps(struct grs *rs, int flags)
 
 		if (!m->pending)
 			continue;
-		pthread_mutex_lock(&rs->cq_lock);
-		if (!grs_can_send(rs)) {
-			pthread_mutex_unlock(&rs->cq_lock);
-			ret = grs_wait(rs, grs_nonblock(rs, flags), grs_can_send_or_end);
-			if (ret)
-				break;
-			pthread_mutex_lock(&rs->cq_lock);
-			if (!grs_can_send(rs)) {
-				pthread_mutex_unlock(&rs->cq_lock);
-				errno = ECONNRESET;
-				ret = -1;
-				break;
-			}
-		}
+		ret = grs_lock_sendable(rs, flags);
+		if (ret)
+			break;
 		s.addr = (uintptr_t)m->mr->addr;
 		s.key = m->mr->rkey;
 		s.length = (uint32_t)m->mr->length;
@@ -1041,20 +1041,9 @@ size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int fla
 				break;
 			}
 		}
-		pthread_mutex_lock(&rs->cq_lock);
-		if (!grs_can_send(rs)) {
-			pthread_mutex_unlock(&rs->cq_lock);
-			ret = grs_wait(rs, grs_nonblock(rs, flags), grs_can_send_or_end);
-			if (ret)
-				break;
-			pthread_mutex_lock(&rs->cq_lock);
-			if (!grs_can_send(rs)) {
-				pthread_mutex_unlock(&rs->cq_lock);
-				errno = ECONNRESET;
-				ret = -1;
-				break;
-			}
-		}
+		ret = grs_lock_sendable(rs, flags);
+		if (ret)
+			break;
 		if (olen < left) {
 			xfer = olen;
 			if (olen < GRS_MAX_XFER)
