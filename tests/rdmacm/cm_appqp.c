@@ -29,44 +29,6 @@
 
 #define PORT_BASE 31100
 
-static void sin_of(int port, struct sockaddr_in *sa)
-{
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	sa->sin_port = htons(port);
-	sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-}
-
-/* An rdma listener on the first free port of [base, base+20). */
-static int listen_range(struct rdma_event_channel *ch, int base, struct rdma_cm_id **lid)
-{
-	for (int port = base; port < base + 20; port++) {
-		struct sockaddr_in sa;
-
-		sin_of(port, &sa);
-		REQUIRE(rdma_create_id(ch, lid, NULL, RDMA_PS_TCP) == 0);
-		if (rdma_bind_addr(*lid, (struct sockaddr *)&sa) == 0 && rdma_listen(*lid, 4) == 0)
-			return port;
-		rdma_destroy_id(*lid);
-	}
-	fprintf(stderr, "no free port in [%d, %d)\n", base, base + 20);
-	exit(1);
-}
-
-static struct rdma_cm_id *resolve(struct rdma_event_channel *ch, int port)
-{
-	struct sockaddr_in sa;
-	struct rdma_cm_id *id;
-
-	sin_of(port, &sa);
-	REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
-	REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sa, 2000) == 0);
-	rdma_ack_cm_event(giw_expect_cm(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 5000));
-	REQUIRE(rdma_resolve_route(id, 2000) == 0);
-	rdma_ack_cm_event(giw_expect_cm(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 5000));
-	return id;
-}
-
 /* ---- rdma_init_qp_attr ----------------------------------------------------- */
 
 enum answer { REFUSED, NO_CONN, CONN };
@@ -204,13 +166,13 @@ static int t_init_qp_attr(void)
 	REQUIRE(rdma_create_id(cch, &unbound, NULL, RDMA_PS_TCP) == 0);
 	check_answers("unbound", unbound, REFUSED);
 	REQUIRE(rdma_create_id(cch, &wild, NULL, RDMA_PS_TCP) == 0);
-	sin_of(0, &any);
+	giw_sin_lo(0, &any);
 	any.sin_addr.s_addr = htonl(INADDR_ANY);
 	REQUIRE(rdma_bind_addr(wild, (struct sockaddr *)&any) == 0);
 	check_answers("bound to 0.0.0.0 (no device)", wild, REFUSED);
-	port = listen_range(sch, PORT_BASE, &lid);
+	port = giw_listen_range(sch, PORT_BASE, 4, NULL, &lid);
 	check_answers("listening", lid, REFUSED);
-	cid = resolve(cch, port);
+	cid = giw_resolve_lo(cch, port);
 	check_answers("route resolved", cid, NO_CONN);
 	app_qp(cid, &ca);
 	{
@@ -291,8 +253,8 @@ static int t_appqp(void)
 	int port;
 
 	REQUIRE(sch && cch);
-	port = listen_range(sch, PORT_BASE + 20, &lid);
-	cid = resolve(cch, port);
+	port = giw_listen_range(sch, PORT_BASE + 20, 4, NULL, &lid);
+	cid = giw_resolve_lo(cch, port);
 	app_qp(cid, &ca);
 	/* iWARP connects a QP: none on the id and no conn_param, or a number
 	 * that names no QP, is EINVAL at once (librdmacm, iw_cm_connect). */
@@ -457,14 +419,14 @@ static int t_mpa_gone(int reset, int own_qp)
 	REQUIRE((r.ls = socket(AF_INET, SOCK_STREAM, 0)) >= 0);
 	setsockopt(r.ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	for (port = PORT_BASE + 40; port < PORT_BASE + 60; port++) {
-		sin_of(port, &sa);
+		giw_sin_lo(port, &sa);
 		if (bind(r.ls, (struct sockaddr *)&sa, sizeof(sa)) == 0)
 			break;
 	}
 	REQUIRE(port < PORT_BASE + 60);
 	REQUIRE(listen(r.ls, 4) == 0);
 	REQUIRE(pthread_create(&th, NULL, resetter_run, &r) == 0);
-	id = resolve(ch, port);
+	id = giw_resolve_lo(ch, port);
 	if (own_qp) {
 		app_qp(id, &a);
 		cp.qp_num = a.qp->qp_num;

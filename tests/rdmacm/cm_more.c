@@ -26,31 +26,6 @@
 #include "giw_test.h"
 #include "giw_cm.h"
 
-static void sin_of(int port, struct sockaddr_in *sa)
-{
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	sa->sin_port = htons(port);
-	sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-}
-
-/* An rdma listener on the first free port of [base, base+20). */
-static int listen_range(struct rdma_event_channel *ch, int base, int backlog, void *ctx,
-			struct rdma_cm_id **lid)
-{
-	for (int port = base; port < base + 20; port++) {
-		struct sockaddr_in sa;
-
-		sin_of(port, &sa);
-		REQUIRE(rdma_create_id(ch, lid, ctx, RDMA_PS_TCP) == 0);
-		if (rdma_bind_addr(*lid, (struct sockaddr *)&sa) == 0 && rdma_listen(*lid, backlog) == 0)
-			return port;
-		rdma_destroy_id(*lid);
-	}
-	fprintf(stderr, "no free port in [%d, %d)\n", base, base + 20);
-	exit(1);
-}
-
 static void make_qp(struct rdma_cm_id *id)
 {
 	struct ibv_qp_init_attr a = {.cap = {.max_send_wr = 4, .max_recv_wr = 4,
@@ -59,20 +34,6 @@ static void make_qp(struct rdma_cm_id *id)
 
 	REQUIRE(id->verbs != NULL);
 	REQUIRE(rdma_create_qp(id, NULL, &a) == 0);
-}
-
-static struct rdma_cm_id *resolve_sync(struct rdma_event_channel *ch, int port)
-{
-	struct sockaddr_in sa;
-	struct rdma_cm_id *id;
-
-	sin_of(port, &sa);
-	REQUIRE(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
-	REQUIRE(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sa, 2000) == 0);
-	rdma_ack_cm_event(giw_expect_cm(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 5000));
-	REQUIRE(rdma_resolve_route(id, 2000) == 0);
-	rdma_ack_cm_event(giw_expect_cm(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 5000));
-	return id;
 }
 
 /* GOIWARP_MPA_TIMEOUT is set to 500ms in main before the library is used
@@ -89,13 +50,13 @@ static int t_mpa_timeout(void)
 	REQUIRE(s >= 0);
 	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	for (port = 24100; port < 24120; port++) {
-		sin_of(port, &sa);
+		giw_sin_lo(port, &sa);
 		if (bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0)
 			break;
 	}
 	REQUIRE(port < 24120);
 	REQUIRE(listen(s, 4) == 0); /* the kernel completes the handshake; nobody ever answers */
-	id = resolve_sync(ch, port);
+	id = giw_resolve_lo(ch, port);
 	make_qp(id);
 	t0 = (giw_now() * 1e3);
 	REQUIRE(rdma_connect(id, NULL) == 0);
@@ -125,8 +86,8 @@ static int t_many(void)
 
 	REQUIRE(ch);
 	REQUIRE(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
-	port = listen_range(ch, 24120, NCONN, &SRV, &lid);
-	sin_of(port, &sa);
+	port = giw_listen_range(ch, 24120, NCONN, &SRV, &lid);
+	giw_sin_lo(port, &sa);
 	for (int i = 0; i < NCONN; i++) {
 		REQUIRE(rdma_create_id(ch, &cli[i], &CLI, RDMA_PS_TCP) == 0);
 		REQUIRE(rdma_resolve_addr(cli[i], NULL, (struct sockaddr *)&sa, 5000) == 0);
@@ -214,7 +175,7 @@ static void connect_pair(struct rdma_event_channel *cch, struct rdma_event_chann
 {
 	struct rdma_cm_event *e;
 
-	*cid = resolve_sync(cch, port);
+	*cid = giw_resolve_lo(cch, port);
 	make_qp(*cid);
 	REQUIRE(rdma_connect(*cid, NULL) == 0);
 	e = giw_expect_cm(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 5000);
@@ -251,7 +212,7 @@ static int t_disc_both(void)
 		struct rdma_cm_event *e;
 		struct disc_arg a, b;
 		pthread_t ta, tb;
-		int port = listen_range(sch, 24140, 4, NULL, &lid);
+		int port = giw_listen_range(sch, 24140, 4, NULL, &lid);
 
 		connect_pair(cch, sch, port, &cid, &sid);
 
@@ -339,7 +300,7 @@ static int t_reader_teardown(void)
 {
 	struct rdma_event_channel *sch = rdma_create_event_channel();
 	struct rdma_cm_id *lid;
-	int port = listen_range(sch, 24160, 4, NULL, &lid);
+	int port = giw_listen_range(sch, 24160, 4, NULL, &lid);
 
 	for (int round = 0; round < 50; round++) {
 		struct rdma_event_channel *cch = rdma_create_event_channel();
