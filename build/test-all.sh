@@ -109,7 +109,7 @@ if [[ $SANITIZE != 0 ]]; then
     if [[ $san == thread ]]; then
       sb=$B-tsan targets=(threads) tests='^threads_'
     else
-      sb=$B-asan targets=(threads verbs_basic verbs_data cm_test cm_more)
+      sb=$B-asan targets=(threads verbs_basic verbs_data cm_test cm_more cm_appqp)
       tests='^(threads_|verbs_|rdmacm_)'
     fi
     echo "--- -DGOIWARP_SANITIZE=$san in $sb: ${targets[*]}"
