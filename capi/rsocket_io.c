@@ -579,6 +579,20 @@ static int grs_can_send_or_end(struct grs *rs)
 	return grs_can_send(rs) || !(rs->state == GRS_CONNECTED && rs->writable);
 }
 
+/* The size of the next transfer of a send with left bytes to go: it starts
+ * at GRS_FIRST_XFER and doubles up to GRS_MAX_XFER (*olen), so a short send
+ * goes out at once and a long one in large pieces. */
+static uint32_t grs_next_xfer(uint32_t *olen, size_t left)
+{
+	uint32_t xfer = *olen;
+
+	if (left <= xfer)
+		return (uint32_t)left;
+	if (*olen < GRS_MAX_XFER)
+		*olen <<= 1;
+	return xfer;
+}
+
 /* Takes cq_lock once rs may send, waiting for credits and room unless the
  * call is non-blocking: 0 with the lock held, or non-zero with errno set
  * (the connection's own error once it failed). */
@@ -809,13 +823,7 @@ static ssize_t grs_sendv(struct grs *rs, const struct iovec *iov, int iovcnt, in
 		ret = grs_lock_sendable(rs, flags);
 		if (ret)
 			break;
-		if (olen < left) {
-			xfer = olen;
-			if (olen < GRS_MAX_XFER)
-				olen <<= 1;
-		} else {
-			xfer = (uint32_t)left;
-		}
+		xfer = grs_next_xfer(&olen, left);
 		t = grs_target(rs, rs->target_sge);
 		if (xfer > rs->sbuf_free)
 			xfer = rs->sbuf_free;
@@ -1044,13 +1052,7 @@ size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int fla
 		ret = grs_lock_sendable(rs, flags);
 		if (ret)
 			break;
-		if (olen < left) {
-			xfer = olen;
-			if (olen < GRS_MAX_XFER)
-				olen <<= 1;
-		} else {
-			xfer = (uint32_t)left;
-		}
+		xfer = grs_next_xfer(&olen, left);
 		if (xfer > rs->sbuf_free)
 			xfer = rs->sbuf_free;
 		if (xfer > base + s.length - off)
