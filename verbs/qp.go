@@ -731,8 +731,10 @@ func (qp *QP) setProg(t Transport) {
 		if qp.prog.Swap(nil) == nil {
 			return
 		}
+		progressing.remove(qp)
 	} else {
 		qp.prog.Store(&progHolder{t: t})
+		progressing.add(qp)
 	}
 	qp.SendCQ.updateActive()
 	if qp.RecvCQ != qp.SendCQ {
