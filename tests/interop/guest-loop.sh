@@ -12,10 +12,14 @@ S=/host
 [ -f /guest/env ] && . /guest/env
 mkdir -p $S/jobs
 if [ "${CAPTURE:-0}" = 1 ]; then
-    # 200 bytes per packet hold Ethernet, IP and TCP headers and the MPA
-    # header with the RFC 6581 IRD/ORD words; -U: written as captured, so a
+    # Only SYN/FIN/RST and packets under 400 bytes (MPA requests and
+    # replies, small FPDUs): all of a bandwidth test makes the emulated
+    # tcpdump drop packets. 200 bytes per packet hold the headers, the MPA
+    # header and the RFC 6581 IRD/ORD words. -U: written as captured, so a
     # guest that dies still leaves what it saw.
-    tcpdump -i eth0 -s 200 -U -w $S/guest.pcap tcp >$S/tcpdump.log 2>&1 &
+    tcpdump -i eth0 -s 200 -U -w $S/guest.pcap \
+        'tcp and (tcp[tcpflags] & (tcp-syn|tcp-fin|tcp-rst) != 0 or ip[2:2] < 400)' \
+        >$S/tcpdump.log 2>&1 &
     tdp=$!
     i=0
     while [ $i -lt 50 ] && ! grep -q listening $S/tcpdump.log; do sleep 0.1; i=$((i + 1)); done

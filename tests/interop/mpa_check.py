@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """mpa_check.py PCAP --rev N --crc 0|1 --p2p 0|1 [--siw-ip IP]
+mpa_check.py PCAP --stalls
 
 Reads the MPA request/reply frames of a capture taken in the siw guest
 (tcpdump on eth0) and checks the bits of each handshake against the
 configuration: revision (and the RFC 6581 H bit with revision 2), markers
-off, no reject, CRC (--crc 1: siw asks for it, so every request siw sends
-and every reply has C set; 0: no frame has it), peer-to-peer (--p2p 1: siw's
+off, no reject, CRC (--crc 1: both sides ask for it, every request and reply
+has C set; 0: no frame has it), peer-to-peer (--p2p 1: siw's
 requests offer P2P with RTR types and our replies to them echo P and one
 offered type; our requests and siw's replies to them do not have P).
 Frames from --siw-ip (the guest, 10.0.2.15) are siw's, the others goiwarp's.
 Prints one line per connection; exit status 1 when a check fails or either
-side sent no request. A small parser instead of tshark: Wireshark's MPA
+side sent no request. --stalls lists instead ("STALL <port>") goiwarp's
+connections to a siw server that stalled the way the README's siw 6.1
+siw_accept() window does: siw sent its reply, goiwarp sent FPDUs after it,
+and siw never sent a byte of payload after its reply. A small parser instead of tshark: Wireshark's MPA
 dissector does not decode the RFC 6581 IRD/ORD words.
 """
 import argparse
@@ -27,7 +31,7 @@ READ_RTR = 0x4000     # ORD word: zero-length Read RTR
 
 
 def packets(path):
-    """Yields (src, sport, dst, dport, payload) of the TCP/IPv4 packets."""
+    """Yields (src, sport, dst, dport, payload, time) of the TCP/IPv4 packets."""
     with open(path, "rb") as f:
         hdr = f.read(24)
         if len(hdr) < 24:
@@ -39,7 +43,8 @@ def packets(path):
             ph = f.read(16)
             if len(ph) < 16:
                 return
-            incl = struct.unpack(end + "IIII", ph)[2]
+            sec, frac, incl, _ = struct.unpack(end + "IIII", ph)
+            ts = sec + frac / (1e9 if magic in (0xA1B23C4D, 0x4D3CB2A1) else 1e6)
             data = f.read(incl)
             if link == 1:            # Ethernet
                 if len(data) < 14 or data[12:14] != b"\x08\x00":
@@ -59,12 +64,12 @@ def packets(path):
                 continue
             doff = (tcp[12] >> 4) * 4
             sport, dport = struct.unpack(">HH", tcp[:4])
-            yield (socket.inet_ntoa(ip[12:16]), sport, socket.inet_ntoa(ip[16:20]), dport, tcp[doff:])
+            yield (socket.inet_ntoa(ip[12:16]), sport, socket.inet_ntoa(ip[16:20]), dport, tcp[doff:], ts)
 
 
 def frames(path):
     """Yields the MPA request/reply frames found at the start of a payload."""
-    for src, sport, dst, dport, pl in packets(path):
+    for src, sport, dst, dport, pl, _ in packets(path):
         if len(pl) < 20 or pl[:16] not in (KEY_REQ, KEY_REP):
             continue
         flags, rev, pdlen = pl[16], pl[17], struct.unpack(">H", pl[18:20])[0]
@@ -74,6 +79,38 @@ def frames(path):
         if rev == 2 and fr["H"] and pdlen >= 4 and len(pl) >= 24:
             fr["ird"], fr["ord"] = struct.unpack(">HH", pl[20:24])
         yield fr
+
+
+def stalls(path, siw_ip, idle=5.0):
+    """The goiwarp ports of connections to siw stalled after siw's reply:
+    goiwarp sent a few FPDUs after it, siw sent no payload, and the
+    connection then stayed silent for idle seconds (until its end or the
+    capture's)."""
+    conn = {}   # (siw addr, goiwarp addr) -> state, from siw's reply on
+    last = 0.0
+    for src, sport, dst, dport, pl, ts in packets(path):
+        last = ts
+        siw = src == siw_ip
+        k = ((src, sport), (dst, dport)) if siw else ((dst, dport), (src, sport))
+        if siw and pl[:16] == KEY_REP:
+            conn[k] = {"g": 0, "s": 0, "glast": 0.0, "end": None}
+            continue
+        c = conn.get(k)
+        if c is None or c["end"] is not None:
+            continue
+        if pl and siw:
+            c["s"] += 1
+        elif pl:
+            c["g"] += 1
+            c["glast"] = ts
+        elif c["g"] and ts - c["glast"] >= idle:
+            c["end"] = ts   # the first packet after the silence (an RST, a FIN)
+    out = []
+    for k, c in conn.items():
+        end = c["end"] if c["end"] is not None else last
+        if c["s"] == 0 and 0 < c["g"] <= 4 and end - c["glast"] >= idle:
+            out.append(k[1][1])
+    return sorted(out)
 
 
 def describe(fr):
@@ -86,11 +123,16 @@ def describe(fr):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("pcap")
-    ap.add_argument("--rev", type=int, required=True)
+    ap.add_argument("--rev", type=int, default=2)
+    ap.add_argument("--stalls", action="store_true")
     ap.add_argument("--crc", type=int, default=0)
     ap.add_argument("--p2p", type=int, default=0)
     ap.add_argument("--siw-ip", default="10.0.2.15")
     a = ap.parse_args()
+    if a.stalls:
+        for port in stalls(a.pcap, a.siw_ip):
+            print("STALL %d" % port)
+        return 0
 
     conns = {}  # (initiator addr, responder addr) -> [request, reply]
     for fr in frames(a.pcap):
@@ -118,7 +160,10 @@ def main():
                 errs.append("%s: H %d" % (name, fr["H"]))
             if fr["M"] or fr["R"]:
                 errs.append("%s: M or R set" % name)
-            want_c = a.crc if (sender == "siw" or not fr["req"]) else 0
+            # Requests: C as configured. Replies echo the request's C (siw
+            # 6.1 sets C in a reply of its own accord only with
+            # mpa_crc_strict).
+            want_c = a.crc if fr["req"] or req is None else req["C"]
             if fr["C"] != want_c:
                 errs.append("%s: C %d, want %d" % (name, fr["C"], want_c))
             if a.rev == 2 and fr["ird"] is None:
