@@ -191,3 +191,12 @@ func TestConnectRetryAcceptedThenClosed(t *testing.T) {
 		})
 	}
 }
+
+func TestResponderHoldEnv(t *testing.T) {
+	t.Setenv("GOIWARP_RESPONDER_HOLD", "0")
+	require.Equal(t, time.Duration(0), PolicyFromEnv().ResponderHold)
+	t.Setenv("GOIWARP_RESPONDER_HOLD", "2s")
+	require.Equal(t, 2*time.Second, PolicyFromEnv().ResponderHold)
+	t.Setenv("GOIWARP_RESPONDER_HOLD", "-1s") // refused: the default
+	require.Equal(t, DefaultResponderHold, PolicyFromEnv().ResponderHold)
+}
