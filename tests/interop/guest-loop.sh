@@ -12,13 +12,14 @@ S=/host
 [ -f /guest/env ] && . /guest/env
 mkdir -p $S/jobs
 if [ "${CAPTURE:-0}" = 1 ]; then
-    # Only SYN/FIN/RST and packets under 400 bytes (MPA requests and
-    # replies, small FPDUs): all of a bandwidth test makes the emulated
-    # tcpdump drop packets. 200 bytes per packet hold the headers, the MPA
-    # header and the RFC 6581 IRD/ORD words. -U: written as captured, so a
-    # guest that dies still leaves what it saw.
+    # Only SYN/FIN/RST and segments with 1-399 bytes of payload (MPA
+    # requests and replies, small FPDUs): all of a bandwidth test, or its
+    # ACKs, make the emulated tcpdump drop packets. 200 bytes per packet
+    # hold the headers, the MPA header and the RFC 6581 IRD/ORD words. -U:
+    # written as captured, so a guest that dies still leaves what it saw.
     tcpdump -i eth0 -s 200 -U -w $S/guest.pcap \
-        'tcp and (tcp[tcpflags] & (tcp-syn|tcp-fin|tcp-rst) != 0 or ip[2:2] < 400)' \
+        'tcp and (tcp[tcpflags] & (tcp-syn|tcp-fin|tcp-rst) != 0 or
+          (ip[2:2] < 440 and ip[2:2] - ((ip[0] & 0xf) << 2) - ((tcp[12] & 0xf0) >> 2) > 0))' \
         >$S/tcpdump.log 2>&1 &
     tdp=$!
     i=0

@@ -89,7 +89,7 @@ boot() { # cfg siw_opts -> starts the guest; its share dir is $share
   rm -rf "$share"; mkdir -p "$share/jobs"
   job=0
   bash "$interop/run-guest.sh" -t $BOOT_T -p "$HPORT:$GPORT" -s "$share" -l "$cdir/guest.$boots.log" \
-    -e SIW_OPTS="$opts" -e CAPTURE=1 -e GUEST_TIMEOUT=$((BOOT_T - 15)) -c "$here/guest-loop.sh" \
+    -e SIW_OPTS="$opts" -e CAPTURE=1 -e DMESG=1 -e GUEST_TIMEOUT=$((BOOT_T - 15)) -c "$here/guest-loop.sh" \
     >/dev/null 2>"$cdir/run-guest.$boots.err" &
   gpid=$!
   local i
