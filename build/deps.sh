@@ -8,11 +8,17 @@ set -euo pipefail
 build_pkgs=(cmake make gcc g++ pkg-config binutils file git
   libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest)
 test_pkgs=(qperf tshark iperf3 python3 procps iproute2 coreutils libfabric-bin util-linux)
+# interop_siw (tests/interop): what ../shared/interop/build-guest.sh needs to
+# build the siw guest (it downloads the kernel image and source itself), and
+# run-guest.sh's qemu and bc; linux-headers-amd64 is the headers of the kernel
+# linux-image-amd64 names, which the guest boots.
+interop_pkgs=(qemu-system-x86 busybox-static ibverbs-providers tcpdump kmod cpio gzip xz-utils
+  make gcc libelf-dev bc linux-headers-amd64)
 optional_pkgs=(dwarves)   # pahole, for the ABI test; installed when apt has it
 bench_pkgs=(qperf iperf3 ucx-utils strace python3 procps)
 
 want=("${build_pkgs[@]}")
-[[ ${1:-all} == all ]] && want+=("${test_pkgs[@]}" "${optional_pkgs[@]}")
+[[ ${1:-all} == all ]] && want+=("${test_pkgs[@]}" "${interop_pkgs[@]}" "${optional_pkgs[@]}")
 [[ ${1:-all} == bench ]] && want+=("${bench_pkgs[@]}")
 
 missing=()

@@ -483,7 +483,7 @@ func (m *cmlessMgr) dial(att *attempt, raddr *net.TCPAddr, pol Policy, ctx conte
 		}
 		att.ep = e
 		m.mu.Unlock()
-		e.runInitiator(nc.(*net.TCPConn), cp, min(pol.Timeout, max(time.Until(att.deadline), time.Millisecond)))
+		e.runInitiator(nc.(*net.TCPConn), cp, min(pol.Timeout, max(time.Until(att.deadline), time.Millisecond)), time.Time{})
 		// runInitiator has queued its first event, unless Cancel closed
 		// the endpoint before it had the socket.
 		var ev Event

@@ -40,8 +40,10 @@ type Endpoint struct {
 	remote *net.TCPAddr
 
 	neg      negotiated
-	mulpdu   int          // largest ULPDU we send
-	awaitRTR atomic.Bool  // responder: not yet established
+	mulpdu   int         // largest ULPDU we send
+	awaitRTR atomic.Bool // responder: not yet established
+	txHeld   atomic.Bool // responder without P2P: established, transmitter held (establishedHeld)
+	holdT    atomic.Pointer[time.Timer]
 	ordCap   atomic.Int32 // CM-less: the QP's max_rd_atomic when below neg.ord (0: none)
 
 	// dead: no more work is started or completed; the QP is in ERR (or
@@ -259,6 +261,36 @@ func (e *Endpoint) established() {
 		return
 	}
 	e.event(Event{Type: Established, Params: ConnParams{PrivateData: nil, IRD: e.neg.ird, ORD: e.neg.ord}})
+	e.tx.setReady()
+}
+
+// establishedHeld is the responder's moment without P2P, its MPA reply
+// being out: Established now, so that a server that speaks first can post,
+// but nothing on the wire before the initiator's first FPDU or the end of
+// Policy.ResponderHold (why: DefaultResponderHold).
+func (e *Endpoint) establishedHeld() {
+	if !e.awaitRTR.CompareAndSwap(true, false) {
+		return
+	}
+	hold := e.pol.ResponderHold
+	if hold > 0 {
+		e.txHeld.Store(true)
+		e.holdT.Store(time.AfterFunc(hold, e.releaseTx))
+	}
+	e.event(Event{Type: Established, Params: ConnParams{PrivateData: nil, IRD: e.neg.ird, ORD: e.neg.ord}})
+	if hold <= 0 {
+		e.tx.setReady()
+	}
+}
+
+// releaseTx ends establishedHeld's hold (first FPDU or timer).
+func (e *Endpoint) releaseTx() {
+	if !e.txHeld.CompareAndSwap(true, false) {
+		return
+	}
+	if t := e.holdT.Load(); t != nil {
+		t.Stop()
+	}
 	e.tx.setReady()
 }
 

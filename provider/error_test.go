@@ -428,7 +428,9 @@ func TestConnectRefusedRetry(t *testing.T) {
 // A peer that resets or closes the TCP connection after reading our MPA
 // request, before any reply: Rejected with ECONNRESET, as siw reports its
 // PEER_CLOSE in AWAIT_MPAREP (measured on siw 6.1: REJECTED, status -104,
-// for both). A part of a reply first changes nothing. The QP stays in INIT.
+// for both) — once Policy.RefusedRetry has passed when not a byte of the
+// reply came (TestConnectRetryAcceptedThenClosed). A part of a reply first
+// changes nothing. The QP stays in INIT.
 func TestConnectPeerGoneDuringMPA(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -446,27 +448,33 @@ func TestConnectPeerGoneDuringMPA(t *testing.T) {
 			tl, err := netListen()
 			require.NoError(t, err)
 			defer tl.Close()
+			// Every connection, until the test ends: without a byte of
+			// the reply the connect tries again for RefusedRetry.
 			got := make(chan int, 1)
 			go func() {
-				conn, err := tl.Accept()
-				if err != nil {
-					got <- -1
-					return
+				for {
+					conn, err := tl.Accept()
+					if err != nil {
+						return
+					}
+					// The whole request: a close with unread bytes would
+					// be a reset, whatever the case asks for.
+					var req [wire.MPAHeaderLen]byte
+					n, _ := io.ReadFull(conn, req[:])
+					pd := make([]byte, int(req[18])<<8|int(req[19]))
+					_, _ = io.ReadFull(conn, pd)
+					select {
+					case got <- n:
+					default:
+					}
+					if tc.first != nil {
+						_, _ = conn.Write(tc.first)
+					}
+					if tc.reset {
+						_ = conn.(*net.TCPConn).SetLinger(0)
+					}
+					conn.Close()
 				}
-				// The whole request: a close with unread bytes would
-				// be a reset, whatever the case asks for.
-				var req [wire.MPAHeaderLen]byte
-				n, _ := io.ReadFull(conn, req[:])
-				pd := make([]byte, int(req[18])<<8|int(req[19]))
-				_, _ = io.ReadFull(conn, pd)
-				got <- n
-				if tc.first != nil {
-					_, _ = conn.Write(tc.first)
-				}
-				if tc.reset {
-					_ = conn.(*net.TCPConn).SetLinger(0)
-				}
-				conn.Close()
 			}()
 			_, err = connectPolicy(c.qp, nil, tl.Addr().(*net.TCPAddr), ConnParams{PrivateData: []byte("hello")}, 5*time.Second, c.cb, &pol)
 			require.NoError(t, err)

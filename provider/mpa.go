@@ -30,6 +30,9 @@ var (
 	ErrPrivateDataTooLong = errors.New("goiwarp: private data too long")
 	errCRCRefused         = errors.New("goiwarp: peer did not set C and CRC is required")
 	errNoRTR              = errors.New("goiwarp: no matching RTR type")
+	// errNoReply: the peer closed or reset the connection before any byte
+	// of its MPA frame (wraps the socket's error).
+	errNoReply = errors.New("goiwarp: connection closed before any MPA byte")
 )
 
 func clampIRDORD(v uint16) uint8 { return uint8(min(v, verbs.MaxIRD)) }
@@ -89,7 +92,10 @@ func writeFrame(c *net.TCPConn, b []byte) error {
 // readMPAFrame reads exactly one request/reply frame and nothing after it.
 func readMPAFrame(c net.Conn, want wire.MPAKind) (wire.MPAFields, []byte, error) {
 	var hdr [wire.MPAHeaderLen]byte
-	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+	if n, err := io.ReadFull(c, hdr[:]); err != nil {
+		if n == 0 && peerGone(err) {
+			err = fmt.Errorf("%w: %w", errNoReply, err)
+		}
 		return wire.MPAFields{}, nil, err
 	}
 	f, err := wire.ParseMPAHeader(hdr[:])
@@ -138,6 +144,9 @@ func initiate(c *net.TCPConn, pol *Policy, p ConnParams) (neg negotiated, reject
 		Revision: uint8(pol.Revision)}
 	frame := wire.AppendMPAFrame(nil, &req, pd)
 	if err := writeFrame(c, frame); err != nil {
+		if peerGone(err) {
+			err = fmt.Errorf("%w: %w", errNoReply, err)
+		}
 		return neg, nil, false, err
 	}
 	f, rpd, err := readMPAFrame(c, wire.MPAReply)
@@ -208,30 +217,44 @@ func connectPolicy(qp *verbs.QP, laddr, raddr *net.TCPAddr, p ConnParams, timeou
 			// the dial is over; the dial's bind must share it.
 			d.Control = reuseAddr
 		}
-		c, err := e.dialRefusedRetry(&d, raddr, pol.RefusedRetry)
-		if err != nil {
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				e.event(Event{Type: Rejected, Err: syscall.ECONNREFUSED})
-			} else {
-				e.event(Event{Type: Unreachable, Err: err})
+		// A connection accepted and closed before any byte of the reply
+		// counts as refused: a port forwarder (qemu's, a proxy) accepts for
+		// a server that does not listen yet and closes.
+		end := time.Now().Add(pol.RefusedRetry)
+		for {
+			c, err := e.dialRefusedRetry(&d, raddr, time.Until(end))
+			if err != nil {
+				switch {
+				case errors.Is(err, syscall.ECONNREFUSED):
+					e.event(Event{Type: Rejected, Err: syscall.ECONNREFUSED})
+				case errors.Is(err, syscall.ECONNRESET):
+					e.event(Event{Type: Rejected, Err: syscall.ECONNRESET})
+				default:
+					e.event(Event{Type: Unreachable, Err: err})
+				}
+				e.finishFailed()
+				return
 			}
-			e.finishFailed()
-			return
+			if !e.runInitiator(c.(*net.TCPConn), p, timeout, end) {
+				return
+			}
+			time.Sleep(min(20*time.Millisecond, max(time.Until(end), 0)))
 		}
-		e.runInitiator(c.(*net.TCPConn), p, timeout)
 	}()
 	return e, nil
 }
 
-// dialRefusedRetry dials raddr; a refused connection is dialed again, with
-// growing pauses, until window has passed (Policy.RefusedRetry), the
-// endpoint is closed, or the dial fails otherwise.
+// dialRefusedRetry dials raddr; a refused connection (or one reset while
+// connecting: accepted and reset at once) is dialed again, with growing
+// pauses, until window has passed (Policy.RefusedRetry), the endpoint is
+// closed, or the dial fails otherwise.
 func (e *Endpoint) dialRefusedRetry(d *net.Dialer, raddr *net.TCPAddr, window time.Duration) (net.Conn, error) {
 	end := time.Now().Add(window)
 	pause := 5 * time.Millisecond
 	for {
 		c, err := d.Dial("tcp", raddr.String())
-		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || e.abandoned() {
+		refused := errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+		if err == nil || !refused || e.abandoned() {
 			return c, err
 		}
 		left := time.Until(end)
@@ -244,14 +267,21 @@ func (e *Endpoint) dialRefusedRetry(d *net.Dialer, raddr *net.TCPAddr, window ti
 }
 
 // runInitiator does MPA as initiator on an connected socket and goes to RTS.
-func (e *Endpoint) runInitiator(c *net.TCPConn, p ConnParams, timeout time.Duration) {
+// Before retryUntil, a peer that closed the connection before any byte of
+// its reply is not reported: it returns true and the caller dials again.
+func (e *Endpoint) runInitiator(c *net.TCPConn, p ConnParams, timeout time.Duration, retryUntil time.Time) (retry bool) {
 	if !e.setSocket(c) {
 		c.Close()
-		return
+		return false
 	}
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	neg, rpd, rejected, err := initiate(c, e.pol, p)
 	_ = c.SetDeadline(time.Time{})
+	if err != nil && errors.Is(err, errNoReply) && time.Now().Before(retryUntil) && !e.abandoned() {
+		Debugf("connect to %v: %v; trying again", c.RemoteAddr(), err)
+		c.Close()
+		return true
+	}
 	switch {
 	case rejected:
 		c.Close()
@@ -283,6 +313,7 @@ func (e *Endpoint) runInitiator(c *net.TCPConn, p ConnParams, timeout time.Durat
 	}
 	e.event(Event{Type: Established, Params: ConnParams{PrivateData: neg.peerUserData, IRD: neg.ird, ORD: neg.ord}})
 	e.startRX()
+	return false
 }
 
 // peerGone reports whether err says the peer reset or closed the TCP
@@ -387,8 +418,10 @@ func (r *Request) replyFields(reject bool) wire.MPAFields {
 		Reject: reject, Enhanced: rev == 2 && r.f.Enhanced, Revision: uint8(rev)}
 }
 
-// Accept answers with an MPA reply and moves qp to RTS. Established comes
-// once the initiator's first FPDU arrived; the QP transmits nothing before.
+// Accept answers with an MPA reply and moves qp to RTS. With P2P,
+// Established comes once the initiator's RTR arrived and the QP transmits
+// nothing before; without, Established comes with the reply and the QP
+// transmits after the initiator's first FPDU or Policy.ResponderHold.
 func (r *Request) Accept(qp *verbs.QP, p ConnParams, cb func(Event)) (*Endpoint, error) {
 	if r.done {
 		return nil, syscall.EINVAL
@@ -446,11 +479,10 @@ func (e *Endpoint) acceptInto(r *Request, p ConnParams) error {
 	err = writeFrame(r.c, wire.AppendMPAFrame(nil, &f, pd))
 	_ = r.c.SetWriteDeadline(time.Time{})
 	if err == nil && neg.rtr == 0 {
-		// Without peer-to-peer RTR the responder may transmit as soon as its
-		// reply is out, and is established then: siw does the same, and
-		// applications whose server speaks first (ib_write_lat, ucmatose)
-		// depend on it.
-		e.established()
+		// Without peer-to-peer RTR the responder is established once its
+		// reply is out, as siw (applications whose server speaks first,
+		// ib_write_lat, depend on it), but holds its transmitter briefly.
+		e.establishedHeld()
 	}
 	// The receive path starts after Established, as on the initiator: a
 	// broken first FPDU (it may follow the reply at once, or come with the
@@ -502,7 +534,7 @@ func attachSocketPolicy(qp *verbs.QP, c *net.TCPConn, initiator bool, p ConnPara
 	}
 	if initiator {
 		e := newEndpoint(qp, cb, pol)
-		go e.runInitiator(c, p, timeout)
+		go e.runInitiator(c, p, timeout, time.Time{})
 		return e, nil
 	}
 	// Responder: read the request synchronously-bounded in a goroutine and

@@ -44,6 +44,13 @@ import (
 //	                      (nobody listens yet) tries again before it reports
 //	                      REJECTED; a Go duration or seconds (default 1s).
 //	                      0: report at once, as the kernel's iWARP CM does.
+//	                      A connection the peer accepts and then closes or
+//	                      resets before any byte of its MPA reply counts as
+//	                      refused too.
+//	GOIWARP_RESPONDER_HOLD without P2P, how long the responder keeps what the
+//	                      application posts off the wire after its MPA reply
+//	                      unless the initiator's first FPDU comes first; a Go
+//	                      duration or seconds (default 100ms). 0: none.
 type Policy struct {
 	Revision    int  // 1 or 2
 	CRC         bool // set C in what we send
@@ -59,6 +66,8 @@ type Policy struct {
 	RNRTimeout time.Duration
 	// RefusedRetry is how long a refused TCP connect is tried again.
 	RefusedRetry time.Duration
+	// ResponderHold: see GOIWARP_RESPONDER_HOLD.
+	ResponderHold time.Duration
 	// QPPortBase is the first port of the per-process listeners of
 	// connections set up without a CM (cmless.go); QPConnectTimeout bounds
 	// such a connection's set-up, from RTR.
@@ -92,6 +101,15 @@ const DefaultRNRTimeout = time.Second
 // machine.
 const DefaultRefusedRetry = time.Second
 
+// DefaultResponderHold is GOIWARP_RESPONDER_HOLD's default. RFC 5044 (7.1.2)
+// has an MPA responder send nothing before the initiator's first FPDU; an
+// initiator may read past its reply's private data (siw 6.1 does, and fails
+// the connection with EPROTO when an FPDU is already there). Applications
+// whose server speaks first (perftest's write_lat) never get a first FPDU,
+// so the rule is kept only this long: enough for a peer to take its reply
+// in, short enough to be a one-time cost.
+const DefaultResponderHold = 100 * time.Millisecond
+
 // rtrSet is a set of RFC 6581 RTR message types.
 type rtrSet uint8
 
@@ -104,7 +122,7 @@ const (
 // DefaultPolicy is the siw-compatible default.
 func DefaultPolicy() Policy {
 	return Policy{Revision: 2, RTR: rtrWrite | rtrRead, Timeout: 10 * time.Second, MaxPrivData: 256,
-		RNRTimeout: DefaultRNRTimeout, RefusedRetry: DefaultRefusedRetry,
+		RNRTimeout: DefaultRNRTimeout, RefusedRetry: DefaultRefusedRetry, ResponderHold: DefaultResponderHold,
 		QPPortBase: DefaultQPPortBase, QPConnectTimeout: DefaultQPConnectTimeout, QPLinger: DefaultQPLinger}
 }
 
@@ -209,6 +227,14 @@ func PolicyFromEnv() Policy {
 			return false
 		}
 		p.RefusedRetry = d
+		return true
+	})
+	env("GOIWARP_RESPONDER_HOLD", func(v string) bool {
+		d, ok := duration(v)
+		if !ok || d < 0 {
+			return false
+		}
+		p.ResponderHold = d
 		return true
 	})
 	env("GOIWARP_QP_PORT_BASE", func(v string) bool {

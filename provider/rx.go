@@ -693,6 +693,8 @@ func (rx *rxState) step() (*termInfo, error) {
 			e.ctr.AddRx(1, rd.pos-rd.fstart)
 			if e.awaitRTR.Load() {
 				e.established()
+			} else if e.txHeld.Load() {
+				e.releaseTx()
 			}
 			if err := rx.commit(); err != nil {
 				return nil, err

@@ -7,8 +7,10 @@
  *                 a Send each way and an RDMA Write, rdma_establish, disconnect;
  *                 an unknown qp_num and a missing conn_param are EINVAL
  *   mpa_reset     a hand-made listener reads the MPA request and resets the
- *                 connection: REJECTED, status -ECONNRESET (siw: -104); the
- *                 id's QP is in ERR
+ *                 connection, every time the connect tries again within
+ *                 GOIWARP_CONNECT_RETRY (1 s: a close before any reply byte
+ *                 counts as refused): then REJECTED, status -ECONNRESET
+ *                 (siw: -104); the id's QP is in ERR
  *   mpa_close     the same with a FIN: REJECTED -ECONNRESET
  *   mpa_reset_appqp  mpa_reset with the application's own QP: left in ERR
  * Listeners use ports in 31100-31199. */
@@ -369,19 +371,16 @@ static int t_appqp(void)
 /* ---- a peer that goes away during MPA --------------------------------------- */
 
 struct resetter {
-	int ls, reset, got;
+	int ls, reset, got, conns;
 };
 
-/* Accepts one connection, reads the whole MPA request (header, then its
- * PD_Length bytes) and resets (SO_LINGER 0) or closes it. */
-static void *resetter_run(void *arg)
+/* Reads the whole MPA request on c (header, then its PD_Length bytes) and
+ * resets (SO_LINGER 0) or closes c. */
+static void resetter_one(struct resetter *r, int c)
 {
-	struct resetter *r = arg;
 	unsigned char hdr[20], pd[512];
-	int c = accept(r->ls, NULL, NULL), n = 0, k;
+	int n = 0, k;
 
-	if (c < 0)
-		return NULL;
 	while (n < 20 && (k = read(c, hdr + n, 20 - n)) > 0)
 		n += k;
 	if (n == 20 && memcmp(hdr, "MPA ID Req Frame", 16) == 0) {
@@ -397,6 +396,18 @@ static void *resetter_run(void *arg)
 		setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
 	}
 	close(c);
+}
+
+/* Accepts connections until ls is shut down; resetter_one each. */
+static void *resetter_run(void *arg)
+{
+	struct resetter *r = arg;
+	int c;
+
+	while ((c = accept(r->ls, NULL, NULL)) >= 0) {
+		r->conns++;
+		resetter_one(r, c);
+	}
 	return NULL;
 }
 
@@ -442,8 +453,11 @@ static int t_mpa_gone(int reset, int own_qp)
 	CHECK(e->status == -ECONNRESET);
 	CHECK(e->param.conn.private_data_len == 0);
 	rdma_ack_cm_event(e);
+	shutdown(r.ls, SHUT_RDWR); /* ends the resetter's accept */
 	pthread_join(th, NULL);
 	CHECK(r.got == 20 + 4 + 12); /* header, MPA v2 IRD/ORD, our private data */
+	/* tried again within GOIWARP_CONNECT_RETRY's default 1 s */
+	CHECK(r.conns >= 2);
 	/* the QP is in ERR: librdmacm's for its own QP, siw's for the application's */
 	CHECK(qp_state(own_qp ? a.qp : id->qp) == IBV_QPS_ERR);
 	if (own_qp)
