@@ -40,6 +40,7 @@ type Endpoint struct {
 	remote *net.TCPAddr
 
 	neg      negotiated
+	shm      *shmLink    // the rings of a same-host connection (shm.go); nil on TCP
 	mulpdu   int         // largest ULPDU we send
 	awaitRTR atomic.Bool // responder: not yet established
 	txHeld   atomic.Bool // responder without P2P: established, transmitter held (establishedHeld)
@@ -162,6 +163,10 @@ func (e *Endpoint) finishFailed() {
 	e.closed = true
 	e.mu.Unlock()
 	e.dead.Store(true)
+	if e.shm != nil {
+		e.shm.close()
+		e.shm = nil
+	}
 	for _, ch := range []chan struct{}{e.rxDone, e.txDone} {
 		select {
 		case <-ch:
@@ -220,6 +225,11 @@ func (e *Endpoint) start(neg negotiated) error {
 		}
 		return err
 	}
+	path := "tcp"
+	if e.shm != nil {
+		path = "shm"
+	}
+	Infof("qp %d: %v -> %v over %s", e.qp.Num, e.local, e.remote, path)
 	Debugf("qp %d: RTS %v -> %v (rev %d, crc %v, markers tx %v rx %v, ird %d ord %d)",
 		e.qp.Num, e.local, e.remote, neg.rev, neg.crc, neg.mkTx, neg.mkRx, neg.ird, neg.ord)
 	return nil
@@ -246,7 +256,13 @@ func (e *Endpoint) sendRTR() error {
 	wire.PutULPDULen(b[:], hl)
 	n := wire.MPALenSize + hl + wire.PadLen(hl)
 	frame := e.tx.frameOne(b[:n])
-	err := writeFrame(e.c, frame)
+	var err error
+	if l := e.shm; l != nil {
+		l.out.Write(frame) // the ring is empty: it fits
+		l.wroteOut()
+	} else {
+		err = writeFrame(e.c, frame)
+	}
 	if err == nil {
 		e.ctr.AddTx(1, uint64(len(frame)))
 	}
@@ -494,6 +510,9 @@ func (e *Endpoint) quiesce() {
 	<-e.rxDone
 	e.tx.dropAll()
 	e.tx.releaseToken()
+	if e.shm != nil {
+		e.shm.close()
+	}
 	e.event(Event{Type: Disconnected})
 }
 

@@ -211,6 +211,24 @@ func connectPair(t testing.TB, o pairOpts) *pair {
 	return p
 }
 
+func init() {
+	// GOIWARP_SHM=0 go test: the whole suite over TCP.
+	if PolicyFromEnv().SHM == ShmOff {
+		defaultShm = ShmOff
+	}
+}
+
+// tcpPolicy is the default policy without the shared-memory path, for tests
+// of the socket's own behaviour.
+func tcpPolicy() Policy {
+	p := DefaultPolicy()
+	p.SHM = ShmOff
+	return p
+}
+
+// tcpPair is pairOpts for a connection over TCP.
+func tcpPair() pairOpts { return pairOpts{cliPol: tcpPolicy(), srvPol: tcpPolicy()} }
+
 func netListen() (*net.TCPListener, error) {
 	return net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 }

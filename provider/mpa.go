@@ -275,12 +275,19 @@ func (e *Endpoint) runInitiator(c *net.TCPConn, p ConnParams, timeout time.Durat
 		return false
 	}
 	_ = c.SetDeadline(time.Now().Add(timeout))
+	offer := offerShm(e.pol, c, timeout)
 	neg, rpd, rejected, err := initiate(c, e.pol, p)
 	_ = c.SetDeadline(time.Time{})
+	if offer != nil {
+		e.shm = offer.settle(err == nil && !rejected)
+	}
 	if err != nil && errors.Is(err, errNoReply) && time.Now().Before(retryUntil) && !e.abandoned() {
 		Debugf("connect to %v: %v; trying again", c.RemoteAddr(), err)
 		c.Close()
 		return true
+	}
+	if err == nil && !rejected && e.shm == nil && e.pol.SHM == ShmOn {
+		err = errShmUnavailable
 	}
 	switch {
 	case rejected:
@@ -464,10 +471,22 @@ func (e *Endpoint) acceptInto(r *Request, p ConnParams) error {
 		err = syscall.ECONNABORTED
 	}
 	if err == nil {
+		// Committed to the rings before the reply, which the initiator
+		// reads only after the commit (shm.go).
+		e.shm = answerShm(r.pol, r.c)
+		if e.shm == nil && r.pol.SHM == ShmOn {
+			err = errShmUnavailable
+		}
+	}
+	if err == nil {
 		e.awaitRTR.Store(true)
 		err = e.start(neg)
 	}
 	if err != nil {
+		if e.shm != nil {
+			e.shm.close()
+			e.shm = nil
+		}
 		f.Reject = true
 		rpd, _ := r.pol.privateData(int(f.Revision), f.Enhanced, nil, 0, 0, wire.MPAV2Params{})
 		_ = r.c.SetWriteDeadline(time.Now().Add(r.pol.Timeout))

@@ -51,6 +51,16 @@ import (
 //	                      application posts off the wire after its MPA reply
 //	                      unless the initiator's first FPDU comes first; a Go
 //	                      duration or seconds (default 100ms). 0: none.
+//	GOIWARP_SHM           auto (default), 0 or 1: when both ends are goiwarp
+//	                      processes of one user on one kernel and network
+//	                      namespace, move the connection's FPDUs through
+//	                      shared memory (shm.go); the MPA exchange on the
+//	                      wire is unchanged. auto falls back to TCP silently
+//	                      (a debug line says why), 0 never offers it, 1
+//	                      fails a connection that cannot have it.
+//	GOIWARP_SHM_RING      bytes of each direction's ring, a power of two
+//	                      from 64 KiB to 256 MiB (default 4 MiB); the
+//	                      initiator's value counts.
 type Policy struct {
 	Revision    int  // 1 or 2
 	CRC         bool // set C in what we send
@@ -78,7 +88,26 @@ type Policy struct {
 	// makes.
 	QPLinger time.Duration
 	cmless   bool
+	// SHM and ShmRing: see GOIWARP_SHM and GOIWARP_SHM_RING.
+	SHM     ShmMode
+	ShmRing int
 }
+
+// ShmMode is GOIWARP_SHM.
+type ShmMode uint8
+
+const (
+	ShmAuto ShmMode = iota
+	ShmOff
+	ShmOn
+)
+
+// Bounds and default of GOIWARP_SHM_RING.
+const (
+	DefaultShmRing = 4 << 20
+	minShmRing     = 64 << 10
+	maxShmRing     = 256 << 20
+)
 
 // Defaults of GOIWARP_QP_PORT_BASE and GOIWARP_QP_CONNECT_TIMEOUT. The
 // port range (DefaultQPPortBase + 0 .. 254) is just above Linux's default
@@ -123,8 +152,14 @@ const (
 func DefaultPolicy() Policy {
 	return Policy{Revision: 2, RTR: rtrWrite | rtrRead, Timeout: 10 * time.Second, MaxPrivData: 256,
 		RNRTimeout: DefaultRNRTimeout, RefusedRetry: DefaultRefusedRetry, ResponderHold: DefaultResponderHold,
-		QPPortBase: DefaultQPPortBase, QPConnectTimeout: DefaultQPConnectTimeout, QPLinger: DefaultQPLinger}
+		QPPortBase: DefaultQPPortBase, QPConnectTimeout: DefaultQPConnectTimeout, QPLinger: DefaultQPLinger,
+		SHM: defaultShm, ShmRing: DefaultShmRing}
 }
+
+// defaultShm is GOIWARP_SHM's default: the fast path where it is permitted
+// (the package's tests run with GOIWARP_SHM=0 set it to ShmOff, so that the
+// whole suite also covers TCP).
+var defaultShm = ShmAuto
 
 // PolicyFromEnv reads the GOIWARP_* variables above over DefaultPolicy.
 // Bad values are logged and ignored.
@@ -259,6 +294,27 @@ func PolicyFromEnv() Policy {
 			return false
 		}
 		p.QPLinger = d
+		return true
+	})
+	env("GOIWARP_SHM", func(v string) bool {
+		switch v {
+		case "auto":
+			p.SHM = ShmAuto
+		case "0", "off", "no", "false":
+			p.SHM = ShmOff
+		case "1", "on", "yes", "true":
+			p.SHM = ShmOn
+		default:
+			return false
+		}
+		return true
+	})
+	env("GOIWARP_SHM_RING", func(v string) bool {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < minShmRing || n > maxShmRing || n&(n-1) != 0 {
+			return false
+		}
+		p.ShmRing = n
 		return true
 	})
 	env("GOIWARP_MPA_PDMAX", func(v string) bool {

@@ -12,7 +12,7 @@ import (
 // empty reads (each one a syscall); what arrives then is read by the RX
 // goroutine on the netpoller's wake-up, after which pollers read again.
 func TestQuietPollerLeavesSocketToNetpoller(t *testing.T) {
-	p := connectPair(t, pairOpts{})
+	p := connectPair(t, tcpPair())
 	b, mr := p.srv.mem(4096, 0)
 	cb, cmr := p.cli.mem(4096, 0)
 	p.srv.postRecv(rqe(1, sge(mr, b, 0, 64)))
@@ -45,7 +45,7 @@ func TestQuietPollerLeavesSocketToNetpoller(t *testing.T) {
 // is due: it is sure to come, and on a busy machine the RX goroutine may not
 // run for a while.
 func TestQuietPollerReadsForDueResponse(t *testing.T) {
-	p := connectPair(t, pairOpts{})
+	p := connectPair(t, tcpPair())
 	ep := p.cli.ep
 	// The initiator starts its receive path just after it reports Established.
 	require.Eventually(t, func() bool { return ep.rx.Load() != nil }, 5*time.Second, time.Millisecond)

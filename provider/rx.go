@@ -33,7 +33,8 @@ import (
 // rxReader is the MPA stream: buffered header reads, direct payload reads,
 // marker removal and CRC summing.
 type rxReader struct {
-	fd     int // valid while the token holder has a reference on the socket
+	fd     int      // valid while the token holder has a reference on the socket
+	shm    *shmLink // a same-host connection's rings: read the inbound one instead
 	buf    []byte
 	r, w   int
 	crcOn  bool
@@ -76,6 +77,15 @@ var (
 // (errAgain when it is empty, io.EOF at the end).
 func (rd *rxReader) sys(p []byte) (int, error) {
 	rd.settle()
+	if l := rd.shm; l != nil {
+		n := l.in.Read(p)
+		if n == 0 {
+			return 0, errAgain
+		}
+		l.readIn()
+		rd.nread += uint64(n)
+		return n, nil
+	}
 	for {
 		n, err := unix.Read(rd.fd, p)
 		switch {
@@ -95,6 +105,9 @@ func (rd *rxReader) sys(p []byte) (int, error) {
 
 // sysv reads into dst and then into the empty carry-over buffer, one readv.
 func (rd *rxReader) sysv(dst []byte) (int, error) {
+	if rd.shm != nil {
+		return rd.sys(dst) // straight from the ring into dst: no carry-over needed
+	}
 	rd.settle()
 	rd.iov[0] = unix.Iovec{Base: &dst[0]}
 	rd.iov[0].SetLen(len(dst))
@@ -321,9 +334,14 @@ func (e *Endpoint) startRX() {
 	if e.pol != nil {
 		rx.rnrTimeout = e.pol.RNRTimeout
 	}
-	rx.rd = rxReader{buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx, pay: e.tx.wake}
+	rx.rd = rxReader{buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx, pay: e.tx.wake, shm: e.shm}
 	rx.ctl = func(fd uintptr) { rx.prog = rx.pump(fd) }
 	e.rx.Store(rx)
+	if e.shm != nil {
+		go e.shm.watch(e.c)
+		go rx.loopShm()
+		return
+	}
 	go rx.loop()
 }
 
@@ -382,6 +400,9 @@ func (e *Endpoint) Progress() bool {
 	if rx == nil || e.dead.Load() {
 		return did
 	}
+	if e.shm != nil {
+		return rx.progressShm() || did
+	}
 	if e.tx.ordOut.Load() == 0 && rx.idlePolls.Load() >= pollIdleLimit {
 		return did
 	}
@@ -410,6 +431,86 @@ func (e *Endpoint) Progress() bool {
 		_ = e.c.SetReadDeadline(time.Now())
 	}
 	return did
+}
+
+// progressShm is Progress on a same-host connection: looking at the ring
+// costs no syscall, so pollers always look; their visits tell the RX
+// goroutine to nap rather than compete with them for the CPU.
+func (rx *rxState) progressShm() bool {
+	l := rx.e.shm
+	l.polls.Add(1)
+	if !rx.tok.TryLock() {
+		return false
+	}
+	did := rx.pump(0)
+	if did {
+		rx.idlePolls.Store(0)
+	}
+	if rx.rnrWait && !rx.ended && !rx.rnrKick.Swap(true) || rx.ended && did {
+		// The RX goroutine waits for the receive buffer (and the RNR
+		// timeout), or closes the stream. Under the token: the link's
+		// fds stay open until the RX goroutine took it for the last time.
+		l.kick()
+	}
+	rx.tok.Unlock()
+	return did
+}
+
+// loopShm is loop on a same-host connection: it reads the inbound ring,
+// napping while pollers come by (they read it), else sleeping on the
+// ring's eventfd; the TCP stream's end (watch) ends it once the ring is
+// drained.
+func (rx *rxState) loopShm() {
+	e, l := rx.e, rx.e.shm
+	defer close(e.rxDone)
+	var polls uint64
+	for {
+		done := l.tcpDone.Load() // before the pump: what preceded the FIN is in the ring
+		rx.tok.Lock()
+		if !rx.ended && !e.gone.Load() && rx.pump(0) {
+			rx.idlePolls.Store(0)
+		}
+		ended := rx.ended || e.gone.Load()
+		rnr, since := rx.rnrWait && !ended, rx.rnrSince
+		rx.rnrKick.Store(false)
+		if done && !ended && !rnr {
+			rx.ended = true
+			rx.tok.Unlock()
+			if !e.dead.Load() {
+				e.streamEnded()
+			}
+			break
+		}
+		rx.tok.Unlock()
+		switch {
+		case ended:
+		case rnr:
+			rx.waitRecv(since)
+			continue
+		case l.polls.Load() != polls:
+			polls = l.polls.Load()
+			time.Sleep(time.Millisecond)
+			continue
+		default:
+			if l.in.Sleep() && !l.tcpDone.Load() {
+				l.waitData()
+			}
+			continue
+		}
+		break
+	}
+	rx.tok.Lock()
+	rx.ended = true // pollers touch the ring no more
+	rx.cleanup()
+	rx.tok.Unlock()
+	// Wait for the peer's FIN (bounded by a read deadline), then close.
+	c := e.c
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	<-l.watchDone
+	if e.lingerT.Load() != nil {
+		<-e.quit // as loop
+	}
+	c.Close()
 }
 
 func (rx *rxState) loop() {

@@ -331,6 +331,11 @@ func (e *Endpoint) txLoop() {
 		select {
 		case <-e.txHand:
 			e.life.RLock()
+			if e.shm != nil {
+				t.resumeRing()
+				e.life.RUnlock()
+				continue
+			}
 			// Wait for room without holding the token: a poller
 			// (Endpoint.Progress) may take a blocked transmitter over
 			// before the netpoller wakes this goroutine.
@@ -353,6 +358,26 @@ func (e *Endpoint) txLoop() {
 			}
 			e.life.RUnlock()
 		case <-e.quit:
+			return
+		}
+	}
+}
+
+// resumeRing is the TX goroutine's turn on a same-host connection: write
+// the blocked batch as the peer makes room in its ring.
+func (t *txState) resumeRing() {
+	for t.blocked.CompareAndSwap(true, false) {
+		t.tokSync.Load()
+		if !t.runOnce() {
+			return
+		}
+		t.blocked.Store(true)
+		if !t.e.shm.waitRoom(t.e) {
+			if t.blocked.CompareAndSwap(true, false) {
+				t.tokSync.Load()
+				t.giveUp = true
+				t.run()
+			}
 			return
 		}
 	}
@@ -1128,7 +1153,12 @@ func (t *txState) frameOne(fpdu []byte) []byte {
 func (t *txState) write() (wouldBlock bool, err error) {
 	t.wBlock, t.wErr = false, nil
 	t.wgate.Lock()
-	rerr := t.e.rc.Control(t.wfn)
+	var rerr error
+	if l := t.e.shm; l != nil {
+		t.writeRing(l)
+	} else {
+		rerr = t.e.rc.Control(t.wfn)
+	}
 	t.wgate.Unlock()
 	wouldBlock, err = t.wBlock, t.wErr
 	if err == nil && rerr != nil {
@@ -1194,6 +1224,41 @@ func (t *txState) writeFD(fd uintptr) {
 		// of the batch may fail, and the peer may already answer
 		// (and close) what it received.
 		t.retire()
+	}
+}
+
+// writeRing is writeFD for a same-host connection: the batch goes into the
+// outbound ring, as much as fits. A fault on application memory while
+// copying is EFAULT, as sendmsg's.
+func (t *txState) writeRing(l *shmLink) {
+	n := 0
+	if !memSafe(func() {
+		for t.wi < len(t.iov) {
+			b := t.iov[t.wi][t.wo:]
+			k := l.out.Write(b)
+			if k == 0 && len(b) > 0 {
+				return
+			}
+			t.advance(k)
+			n += k
+		}
+	}) {
+		t.wErr = unix.EFAULT
+	}
+	if n > 0 {
+		l.wroteOut()
+		t.e.ctr.AddTx(0, uint64(n))
+		if testAfterWrite != nil {
+			testAfterWrite(t.e)
+		}
+		t.retire()
+	}
+	if t.wErr == nil && t.wi < len(t.iov) {
+		if t.giveUp {
+			t.wErr = errShmStalled
+		} else {
+			t.wBlock = true
+		}
 	}
 }
 
