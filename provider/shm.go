@@ -68,6 +68,9 @@ type shmLink struct {
 	polls     atomic.Uint64 // pollers' visits: the RX goroutine naps while they come
 	tcpDone   atomic.Bool   // the TCP stream ended (FIN, reset, error, deadline)
 	watchDone chan struct{}
+	// Eventfd read buffers, of the RX and the TX goroutine: a fresh one
+	// per wait would be an allocation per wait.
+	dataBuf, roomBuf []byte
 }
 
 // Order of the four eventfds in the memory message: ring A runs from the
@@ -386,7 +389,7 @@ func mapShm(memfd int, evs [nEv]int, initiator bool) (*shmLink, error) {
 	half := shmring.Size(ring)
 	a, _ := shmring.New(mem[:half])
 	b, _ := shmring.New(mem[half:])
-	l := &shmLink{mem: mem, watchDone: make(chan struct{})}
+	l := &shmLink{mem: mem, watchDone: make(chan struct{}), dataBuf: make([]byte, 8), roomBuf: make([]byte, 8)}
 	inData, outRoom := evs[evBData], evs[evARoom]
 	if initiator {
 		l.out, l.in = a, b
@@ -442,22 +445,18 @@ func (l *shmLink) kick() { signalEv(l.inDataFd) }
 
 // waitData blocks until the peer wrote into a ring we said we sleep on, or
 // kick.
-func (l *shmLink) waitData() {
-	var b [8]byte
-	_, _ = l.inData.Read(b[:])
-}
+func (l *shmLink) waitData() { _, _ = l.inData.Read(l.dataBuf) }
 
 // waitRoom waits for room in the outbound ring; false when the endpoint
 // went away, or failed and the peer has not read for a second.
 func (l *shmLink) waitRoom(e *Endpoint) bool {
 	var since time.Time
-	var b [8]byte
 	for {
 		if !l.out.SleepWriter(1) {
 			return true
 		}
 		_ = l.outRoom.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-		_, _ = l.outRoom.Read(b[:])
+		_, _ = l.outRoom.Read(l.roomBuf)
 		if e.gone.Load() {
 			return false
 		}

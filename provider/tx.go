@@ -152,6 +152,8 @@ type txState struct {
 	iovecs  []unix.Iovec
 	msg     unix.Msghdr      // sendmsg's header over iovecs
 	wfn     func(fd uintptr) // writeFD, bound once
+	rfn     func()           // copyRing, bound once
+	rn      int              // bytes copyRing wrote
 	wBlock  bool
 	wErr    error
 
@@ -282,6 +284,7 @@ func (t *txState) init(e *Endpoint) {
 	t.crc = e.neg.crc
 	t.mk = e.neg.mkTx
 	t.wfn = t.writeFD
+	t.rfn = t.copyRing
 }
 
 func (t *txState) ordMax() int {
@@ -1231,21 +1234,11 @@ func (t *txState) writeFD(fd uintptr) {
 // outbound ring, as much as fits. A fault on application memory while
 // copying is EFAULT, as sendmsg's.
 func (t *txState) writeRing(l *shmLink) {
-	n := 0
-	if !memSafe(func() {
-		for t.wi < len(t.iov) {
-			b := t.iov[t.wi][t.wo:]
-			k := l.out.Write(b)
-			if k == 0 && len(b) > 0 {
-				return
-			}
-			t.advance(k)
-			n += k
-		}
-	}) {
+	t.rn = 0
+	if !memSafe(t.rfn) {
 		t.wErr = unix.EFAULT
 	}
-	if n > 0 {
+	if n := t.rn; n > 0 {
 		l.wroteOut()
 		t.e.ctr.AddTx(0, uint64(n))
 		if testAfterWrite != nil {
@@ -1259,6 +1252,20 @@ func (t *txState) writeRing(l *shmLink) {
 		} else {
 			t.wBlock = true
 		}
+	}
+}
+
+// copyRing copies the batch into the outbound ring up to a full ring.
+func (t *txState) copyRing() {
+	out := t.e.shm.out
+	for t.wi < len(t.iov) {
+		b := t.iov[t.wi][t.wo:]
+		k := out.Write(b)
+		if k == 0 && len(b) > 0 {
+			return
+		}
+		t.advance(k)
+		t.rn += k
 	}
 }
 
