@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Same-host fast path (issue 13): perftest through goiwarp with GOIWARP_SHM=1
+and =0, iperf3 and UCX shared memory, in one run (bench/shm.sh builds first).
+
+usage: shm.py [--build DIR] [--runs N] [--secs S] [--lat-iters N] [--only REGEX] [--json FILE] [--list]
+
+Rounds are interleaved (round 1 of everything, then round 2, ...); each
+measurement prints min/median/max, then the ratios of medians the issue sets
+targets for. UCX rows need ucx_perftest (ucx-utils) and are skipped without
+it. Units: GB/s = 10^9 bytes/s; latency one-way microseconds (perftest's
+t_typical, UCX's 50th percentile); Mpps = 10^6 messages/s. JSON goes to
+bench/results/shm-<date>.json. Ports: 27000-27999 (compare.py's helpers).
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare  # noqa: E402  (perftest, iperf3, Pair, port)
+
+HERE = compare.HERE
+
+
+def with_shm(mode, fn):
+    """fn run with GOIWARP_SHM=mode in the environment the pairs copy."""
+    def run():
+        old = os.environ.get("GOIWARP_SHM")
+        os.environ["GOIWARP_SHM"] = mode
+        try:
+            return fn()
+        finally:
+            if old is None:
+                del os.environ["GOIWARP_SHM"]
+            else:
+                os.environ["GOIWARP_SHM"] = old
+    return run
+
+
+def ucx(test, size, iters):
+    p = compare.port()
+    env = {"UCX_TLS": "posix,cma,self", "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    out, _ = compare.Pair(env).run(["ucx_perftest", "-p", str(p)],
+                                   ["ucx_perftest", compare.HOST, "-p", str(p), "-t", test, "-s", str(size),
+                                    "-n", str(iters)], p)
+    for line in out.splitlines():
+        if line.strip().startswith("Final:"):
+            f = line.split()
+            # Final: iterations, overhead 50%/avg/overall (us), bandwidth
+            # avg/overall (MB/s, 2^20), rate avg/overall
+            return {"typical": float(f[2]), "gbps": float(f[6]) * 1048576 / 1e9}
+    raise RuntimeError("ucx_perftest: no Final line:\n" + out[-600:])
+
+
+def measurements(a):
+    lib, secs, M = a.lib, a.secs, []
+
+    def add(name, fn, key, unit):
+        M.append({"name": name, "fn": fn, "key": key, "unit": unit})
+
+    for mode, label in (("1", "shm"), ("0", "tcp")):
+        for prog in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
+            add("%s -s 65536 %s" % (prog, label),
+                with_shm(mode, lambda prog=prog: compare.perftest(lib, prog, ["-s", "65536"], secs)), "gbps", "GB/s")
+        for prog in ("ib_write_lat", "ib_send_lat", "ib_read_lat"):
+            add("%s -s 2 %s" % (prog, label),
+                with_shm(mode, lambda prog=prog: compare.perftest(lib, prog, ["-s", "2", "-n", str(a.lat_iters)])),
+                "typical", "us")
+        add("ib_write_bw -s 8 %s" % label,
+            with_shm(mode, lambda: compare.perftest(lib, "ib_write_bw", ["-s", "8"], secs)), "mpps", "Mpps")
+    add("iperf3 -l 65536", lambda: compare.iperf3(65536, 1, secs), "gbps", "GB/s")
+    if shutil.which("ucx_perftest"):
+        add("ucx ucp_put_bw -s 65536", lambda: ucx("ucp_put_bw", 65536, a.bw_iters), "gbps", "GB/s")
+        add("ucx ucp_am_lat -s 2", lambda: ucx("ucp_am_lat", 2, a.lat_iters), "typical", "us")
+    return M
+
+
+RATIOS = [  # (label, numerator, denominator, target, better)
+    ("write_bw shm / iperf3", "ib_write_bw -s 65536 shm", "iperf3 -l 65536", 5, "high"),
+    ("write_bw shm / UCX put_bw", "ib_write_bw -s 65536 shm", "ucx ucp_put_bw -s 65536", 0.3, "high"),
+    ("read_bw shm / iperf3", "ib_read_bw -s 65536 shm", "iperf3 -l 65536", 5, "high"),
+    ("read_bw shm / UCX put_bw", "ib_read_bw -s 65536 shm", "ucx ucp_put_bw -s 65536", 0.3, "high"),
+    ("send_bw shm / iperf3", "ib_send_bw -s 65536 shm", "iperf3 -l 65536", 3, "high"),
+    ("write_bw shm / tcp", "ib_write_bw -s 65536 shm", "ib_write_bw -s 65536 tcp", None, "high"),
+    ("send_lat shm / tcp", "ib_send_lat -s 2 shm", "ib_send_lat -s 2 tcp", None, "low"),
+]
+ABS = [  # (measurement, target, better)
+    ("ib_write_lat -s 2 shm", 1.0, "low"),
+    ("ib_send_lat -s 2 shm", 1.0, "low"),
+    ("ib_read_lat -s 2 shm", 2.0, "low"),
+    ("ib_write_bw -s 8 shm", 5.0, "high"),
+]
+
+
+def fmt(v):
+    return "-" if v is None else "%.3g" % v if abs(v) < 100 else "%.0f" % v
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(compare.ROOT, "_build"))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--secs", type=int, default=3)
+    ap.add_argument("--lat-iters", type=int, default=20000)
+    ap.add_argument("--bw-iters", type=int, default=100000)
+    ap.add_argument("--only")
+    ap.add_argument("--json")
+    ap.add_argument("--list", action="store_true")
+    a = ap.parse_args()
+    a.lib = os.path.join(os.path.abspath(a.build), "libgoiwarp.so")
+    M = measurements(a)
+    if a.only:
+        M = [m for m in M if re.search(a.only, m["name"])]
+    if a.list:
+        print("\n".join(m["name"] for m in M))
+        return 0
+    samples, errors = {m["name"]: [] for m in M}, []
+    for r in range(a.runs):
+        for m in M:
+            try:
+                samples[m["name"]].append(m["fn"]()[m["key"]])
+            except Exception as e:  # reported; the other runs go on
+                errors.append("%s (round %d): %s" % (m["name"], r + 1, e))
+                print("  error: %s: %s" % (m["name"], str(e).splitlines()[0]), file=sys.stderr)
+        print("round %d of %d done" % (r + 1, a.runs), file=sys.stderr)
+    summary = {}
+    print("\ngoiwarp same-host: %s, %d cores, %d runs each" %
+          (datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), os.cpu_count(), a.runs))
+    print("%-32s %9s %9s %9s  %s" % ("measurement", "min", "median", "max", "unit"))
+    for m in M:
+        v = [x for x in samples[m["name"]] if x is not None]
+        lo, med, hi = (min(v), statistics.median(v), max(v)) if v else (None, None, None)
+        summary[m["name"]] = {"min": lo, "median": med, "max": hi, "samples": v, "unit": m["unit"]}
+        print("%-32s %9s %9s %9s  %s" % (m["name"], fmt(lo), fmt(med), fmt(hi), m["unit"]))
+    print("\n%-32s %9s %9s  %s" % ("target", "value", "target", "met"))
+    checks = []
+
+    def check(label, v, target, better):
+        met = None if v is None or target is None else (v >= target if better == "high" else v <= target)
+        checks.append({"label": label, "value": v, "target": target, "met": met})
+        print("%-32s %9s %9s  %s" % (label, fmt(v), fmt(target) if target else "-",
+                                     {True: "yes", False: "NO", None: "-"}[met]))
+
+    for label, num, den, target, better in RATIOS:
+        n, d = summary.get(num, {}).get("median"), summary.get(den, {}).get("median")
+        check(label, n / d if n and d else None, target, better)
+    for name, target, better in ABS:
+        check(name, summary.get(name, {}).get("median"), target, better)
+    out = a.json or os.path.join(HERE, "results", "shm-%s.json" % datetime.date.today().isoformat())
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"date": datetime.datetime.now().isoformat(timespec="seconds"), "cores": os.cpu_count(),
+                   "runs": a.runs, "results": summary, "targets": checks, "errors": errors}, f, indent=1)
+    print("\nwrote %s%s" % (out, "; %d run(s) failed (listed in the file)" % len(errors) if errors else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
