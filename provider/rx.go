@@ -445,6 +445,7 @@ func (rx *rxState) progressShm() bool {
 	did := rx.pump(0)
 	if did {
 		rx.idlePolls.Store(0)
+		l.pollReads.Add(1)
 	}
 	if rx.rnrWait && !rx.ended && !rx.rnrKick.Swap(true) || rx.ended && did {
 		// The RX goroutine waits for the receive buffer (and the RNR
@@ -457,18 +458,28 @@ func (rx *rxState) progressShm() bool {
 }
 
 // loopShm is loop on a same-host connection: it reads the inbound ring,
-// napping while pollers come by (they read it), else sleeping on the
-// ring's eventfd; the TCP stream's end (watch) ends it once the ring is
+// napping while pollers come by and find the data themselves, else sleeping
+// on the ring's eventfd (a program that waits for a Write by watching its
+// memory polls a CQ now and then but never finds that data: it needs this
+// goroutine woken); the TCP stream's end (watch) ends it once the ring is
 // drained.
 func (rx *rxState) loopShm() {
 	e, l := rx.e, rx.e.shm
 	defer close(e.rxDone)
-	var polls uint64
+	var polls, pollReads uint64
+	nap := false
 	for {
 		done := l.tcpDone.Load() // before the pump: what preceded the FIN is in the ring
 		rx.tok.Lock()
+		got := false
 		if !rx.ended && !e.gone.Load() && rx.pump(0) {
 			rx.idlePolls.Store(0)
+			got = true
+		}
+		if pr := l.pollReads.Load(); got {
+			nap = false // the data waited for this goroutine
+		} else if pr != pollReads {
+			nap, pollReads = true, pr
 		}
 		ended := rx.ended || e.gone.Load()
 		rnr, since := rx.rnrWait && !ended, rx.rnrSince
@@ -487,7 +498,7 @@ func (rx *rxState) loopShm() {
 		case rnr:
 			rx.waitRecv(since)
 			continue
-		case l.polls.Load() != polls:
+		case nap && l.polls.Load() != polls:
 			polls = l.polls.Load()
 			time.Sleep(time.Millisecond)
 			continue

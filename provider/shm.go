@@ -66,6 +66,7 @@ type shmLink struct {
 	inDataFd        int
 
 	polls     atomic.Uint64 // pollers' visits: the RX goroutine naps while they come
+	pollReads atomic.Uint64 // pollers' visits that found data
 	tcpDone   atomic.Bool   // the TCP stream ended (FIN, reset, error, deadline)
 	watchDone chan struct{}
 	// Eventfd read buffers, of the RX and the TX goroutine: a fresh one
