@@ -3,6 +3,8 @@ package provider
 import (
 	"bytes"
 	"net"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -254,4 +256,33 @@ func TestShmPolicyFromEnv(t *testing.T) {
 			require.Equal(t, tc.wantRing, p.ShmRing)
 		})
 	}
+}
+
+// Connections that come and go leave no eventfd, socket or mapping behind.
+func TestShmNoLeak(t *testing.T) {
+	count := func() (fds, maps int) {
+		d, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		m, err := os.ReadFile("/proc/self/maps")
+		require.NoError(t, err)
+		return len(d), strings.Count(string(m), "goiwarp-shm")
+	}
+	run := func() {
+		t.Run("pair", func(t *testing.T) {
+			p := connectPair(t, modePair(ShmOn))
+			sendWriteRead(t, p)
+			p.cli.ep.Disconnect()
+			p.cli.wait(Disconnected, to)
+			p.srv.wait(Disconnected, to)
+		})
+	}
+	run() // warm up: listeners, goroutines, free lists
+	fds, maps := count()
+	for range 10 {
+		run()
+	}
+	require.Eventually(t, func() bool {
+		f, m := count()
+		return f <= fds && m <= maps
+	}, to, 10*time.Millisecond, "fds %d, shm mappings %d before", fds, maps)
 }
