@@ -241,12 +241,12 @@ func TestShmPolicyFromEnv(t *testing.T) {
 		want      ShmMode
 		wantRing  int
 	}{
-		{"", "", ShmAuto, DefaultShmRing},
+		{"", "", defaultShm, DefaultShmRing}, // auto, unless this run is GOIWARP_SHM=0
 		{"auto", "1048576", ShmAuto, 1 << 20},
 		{"0", "65536", ShmOff, 64 << 10},
-		{"1", "100000", ShmOn, DefaultShmRing},           // not a power of two
-		{"on", "1024", ShmOn, DefaultShmRing},            // below the minimum
-		{"maybe", "1073741824", ShmAuto, DefaultShmRing}, // both refused
+		{"1", "100000", ShmOn, DefaultShmRing},              // not a power of two
+		{"on", "1024", ShmOn, DefaultShmRing},               // below the minimum
+		{"maybe", "1073741824", defaultShm, DefaultShmRing}, // both refused
 	} {
 		t.Run(tc.shm+"/"+tc.ring, func(t *testing.T) {
 			t.Setenv("GOIWARP_SHM", tc.shm)
