@@ -166,16 +166,20 @@ def qperf_lat(size, secs):
     return {"typical": v}
 
 
-def ucx_lat(size, iters):
+def ucx(test, size, iters, tls="tcp,self", net_devices="lo"):
+    """ucx_perftest over UCX_TLS: one-way typical latency (us, 50th
+    percentile) and bandwidth (GB/s)."""
     p = port()
-    env = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo", "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    env = {"UCX_TLS": tls, "UCX_NET_DEVICES": net_devices, "UCX_WARN_UNUSED_ENV_VARS": "n"}
     out, _ = Pair(env).run(["ucx_perftest", "-p", str(p)],
-                           ["ucx_perftest", HOST, "-p", str(p), "-t", "ucp_am_lat", "-s", str(size),
+                           ["ucx_perftest", HOST, "-p", str(p), "-t", test, "-s", str(size),
                             "-n", str(iters)], p)
     for l in out.splitlines():
         if l.strip().startswith("Final:"):
+            # Final: iterations, overhead 50%/avg/overall (us), bandwidth
+            # avg/overall (MB/s, 2^20), rate avg/overall
             f = l.split()
-            return {"typical": float(f[2])}  # 50th percentile, one-way us
+            return {"typical": float(f[2]), "gbps": float(f[6]) * 1048576 / 1e9}
     raise RuntimeError("ucx_perftest: no Final line:\n" + out[-600:])
 
 
@@ -228,7 +232,7 @@ def measurements(a):
             M[-1]["p99"] = True
     for size in (2, 4096):
         add("qperf tcp_lat -m %d" % size, lambda size=size: qperf_lat(size, secs), "typical", "us", "low")
-        add("ucx ucp_am_lat -s %d" % size, lambda size=size: ucx_lat(size, a.lat_iters), "typical", "us", "low")
+        add("ucx ucp_am_lat -s %d" % size, lambda size=size: ucx("ucp_am_lat", size, a.lat_iters), "typical", "us", "low")
     add("ib_write_bw -s 8 rate", lambda: perftest(lib, "ib_write_bw", ["-s", "8"], secs), "mpps", "Mpps", "high")
     add("ib_send_bw -s 8 rate", lambda: perftest(lib, "ib_send_bw", ["-s", "8"], secs), "mpps", "Mpps", "high")
     add("ib_atomic_bw rate", lambda: perftest(lib, "ib_atomic_bw", [], secs), "mpps", "Mpps", "high")
@@ -276,6 +280,59 @@ def fmt(v):
     return "%.3g" % v if abs(v) < 100 else "%.0f" % v
 
 
+def run_rounds(M, runs):
+    """Every measurement of M once per round, rounds interleaved so machine
+    noise hits every tool alike: samples by name, extra figures (p99,
+    "extra" keys) by name, and the failed runs."""
+    samples = {m["name"]: [] for m in M}
+    extras = {}
+    errors = []
+    for r in range(runs):
+        for m in M:
+            try:
+                res = m["fn"]()
+            except Exception as e:  # one failed run is reported, the others go on
+                errors.append("%s (round %d): %s" % (m["name"], r + 1, e))
+                print("  error: %s: %s" % (m["name"], str(e).splitlines()[0]), file=sys.stderr)
+                continue
+            samples[m["name"]].append(res[m["key"]])
+            if m.get("p99"):
+                extras.setdefault(m["name"].replace("typical", "99%"), []).append(res["p99"])
+            for k in m.get("extra", ()):
+                extras.setdefault("%s: %s" % (m["name"], k), []).append(res[k])
+        print("round %d of %d done" % (r + 1, runs), file=sys.stderr)
+    return samples, extras, errors
+
+
+def judge(summary, ratios, absolute=()):
+    """Prints and returns each target: (label, numerator, denominator, target,
+    better) ratios of medians and (name, target, better) medians."""
+    checks = []
+
+    def check(label, v, target, better):
+        met = None if v is None or target is None else (v >= target if better == "high" else v <= target)
+        checks.append({"label": label, "value": v, "target": target, "met": met})
+        print("%-36s %8s %8s  %s" % (label, fmt(v), fmt(target) if target else "-",
+                                     {True: "yes", False: "NO", None: "-"}[met]))
+
+    print("\n%-36s %8s %8s  %s" % ("target", "value", "target", "met"))
+    for label, num, den, target, better in ratios:
+        n, d = summary.get(num, {}).get("median"), summary.get(den, {}).get("median")
+        check(label, n / d if n and d else None, target, better)
+    for name, target, better in absolute:
+        check(name, summary.get(name, {}).get("median"), target, better)
+    return checks
+
+
+def write_json(kind, a, summary, checks, errors):
+    out = a.json or os.path.join(HERE, "results", "%s-%s.json" % (kind, datetime.date.today().isoformat()))
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"date": datetime.datetime.now().isoformat(timespec="seconds"), "cores": os.cpu_count(),
+                   "runs": a.runs, "results": summary, "targets": checks, "errors": errors}, f, indent=1)
+    print("\nwrote %s%s" % (out, "; %d run(s) failed (listed in the file)" % len(errors) if errors else ""))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "_build"))
@@ -296,23 +353,7 @@ def main():
         return 0
     if not os.path.exists(a.lib):
         sys.exit("no %s: build first (bash bench/compare.sh builds)" % a.lib)
-    samples = {m["name"]: [] for m in M}
-    extras = {}
-    errors = []
-    for r in range(a.runs):
-        for m in M:
-            try:
-                res = m["fn"]()
-            except Exception as e:  # one failed run is reported, the others go on
-                errors.append("%s (round %d): %s" % (m["name"], r + 1, e))
-                print("  error: %s: %s" % (m["name"], str(e).splitlines()[0]), file=sys.stderr)
-                continue
-            samples[m["name"]].append(res[m["key"]])
-            if m.get("p99"):
-                extras.setdefault(m["name"].replace("typical", "99%"), []).append(res["p99"])
-            for k in m.get("extra", ()):
-                extras.setdefault("%s: %s" % (m["name"], k), []).append(res[k])
-        print("round %d of %d done" % (r + 1, a.runs), file=sys.stderr)
+    samples, extras, errors = run_rounds(M, a.runs)
 
     def stats(v):
         v = [x for x in v if x is not None and x == x]
@@ -333,21 +374,7 @@ def main():
         lo, med, hi = stats(v)
         summary[name] = {"min": lo, "median": med, "max": hi, "samples": v, "unit": unit(name)}
         print("%-44s %10s %10s %10s  %s" % (name, fmt(lo), fmt(med), fmt(hi), unit(name)))
-    print("\n%-36s %8s %8s  %s" % ("ratio of medians", "value", "target", "met"))
-    ratios = []
-    for label, num, den, target, better in RATIOS:
-        n, d = summary.get(num, {}).get("median"), summary.get(den, {}).get("median")
-        v = n / d if n and d else None
-        met = None if v is None or target is None else (v >= target if better == "high" else v <= target)
-        ratios.append({"ratio": label, "value": v, "target": target, "met": met})
-        print("%-36s %8s %8s  %s" % (label, fmt(v), fmt(target) if target else "-",
-                                     {True: "yes", False: "NO", None: "-"}[met]))
-    out = a.json or os.path.join(HERE, "results", "compare-%s.json" % datetime.date.today().isoformat())
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump({"date": datetime.datetime.now().isoformat(timespec="seconds"), "cores": os.cpu_count(),
-                   "runs": a.runs, "results": summary, "ratios": ratios, "errors": errors}, f, indent=1)
-    print("\nwrote %s%s" % (out, "; %d run(s) failed (listed in the file)" % len(errors) if errors else ""))
+    write_json("compare", a, summary, judge(summary, RATIOS), errors)
     return 0
 
 

@@ -13,7 +13,6 @@ bench/results/shm-<date>.json. Ports: 27000-27999 (compare.py's helpers).
 """
 import argparse
 import datetime
-import json
 import os
 import re
 import shutil
@@ -41,21 +40,6 @@ def with_shm(mode, fn):
     return run
 
 
-def ucx(test, size, iters):
-    p = compare.port()
-    env = {"UCX_TLS": "posix,cma,self", "UCX_WARN_UNUSED_ENV_VARS": "n"}
-    out, _ = compare.Pair(env).run(["ucx_perftest", "-p", str(p)],
-                                   ["ucx_perftest", compare.HOST, "-p", str(p), "-t", test, "-s", str(size),
-                                    "-n", str(iters)], p)
-    for line in out.splitlines():
-        if line.strip().startswith("Final:"):
-            f = line.split()
-            # Final: iterations, overhead 50%/avg/overall (us), bandwidth
-            # avg/overall (MB/s, 2^20), rate avg/overall
-            return {"typical": float(f[2]), "gbps": float(f[6]) * 1048576 / 1e9}
-    raise RuntimeError("ucx_perftest: no Final line:\n" + out[-600:])
-
-
 def measurements(a):
     lib, secs, M = a.lib, a.secs, []
 
@@ -74,8 +58,8 @@ def measurements(a):
             with_shm(mode, lambda: compare.perftest(lib, "ib_write_bw", ["-s", "8"], secs)), "mpps", "Mpps")
     add("iperf3 -l 65536", lambda: compare.iperf3(65536, 1, secs), "gbps", "GB/s")
     if shutil.which("ucx_perftest"):
-        add("ucx ucp_put_bw -s 65536", lambda: ucx("ucp_put_bw", 65536, a.bw_iters), "gbps", "GB/s")
-        add("ucx ucp_am_lat -s 2", lambda: ucx("ucp_am_lat", 2, a.lat_iters), "typical", "us")
+        add("ucx ucp_put_bw -s 65536", lambda: compare.ucx("ucp_put_bw", 65536, a.bw_iters, "posix,cma,self", "all"), "gbps", "GB/s")
+        add("ucx ucp_am_lat -s 2", lambda: compare.ucx("ucp_am_lat", 2, a.lat_iters, "posix,cma,self", "all"), "typical", "us")
     return M
 
 
@@ -96,10 +80,6 @@ ABS = [  # (measurement, target, better)
 ]
 
 
-def fmt(v):
-    return "-" if v is None else "%.3g" % v if abs(v) < 100 else "%.0f" % v
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(compare.ROOT, "_build"))
@@ -118,15 +98,7 @@ def main():
     if a.list:
         print("\n".join(m["name"] for m in M))
         return 0
-    samples, errors = {m["name"]: [] for m in M}, []
-    for r in range(a.runs):
-        for m in M:
-            try:
-                samples[m["name"]].append(m["fn"]()[m["key"]])
-            except Exception as e:  # reported; the other runs go on
-                errors.append("%s (round %d): %s" % (m["name"], r + 1, e))
-                print("  error: %s: %s" % (m["name"], str(e).splitlines()[0]), file=sys.stderr)
-        print("round %d of %d done" % (r + 1, a.runs), file=sys.stderr)
+    samples, _, errors = compare.run_rounds(M, a.runs)
     summary = {}
     print("\ngoiwarp same-host: %s, %d cores, %d runs each" %
           (datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), os.cpu_count(), a.runs))
@@ -135,27 +107,8 @@ def main():
         v = [x for x in samples[m["name"]] if x is not None]
         lo, med, hi = (min(v), statistics.median(v), max(v)) if v else (None, None, None)
         summary[m["name"]] = {"min": lo, "median": med, "max": hi, "samples": v, "unit": m["unit"]}
-        print("%-32s %9s %9s %9s  %s" % (m["name"], fmt(lo), fmt(med), fmt(hi), m["unit"]))
-    print("\n%-32s %9s %9s  %s" % ("target", "value", "target", "met"))
-    checks = []
-
-    def check(label, v, target, better):
-        met = None if v is None or target is None else (v >= target if better == "high" else v <= target)
-        checks.append({"label": label, "value": v, "target": target, "met": met})
-        print("%-32s %9s %9s  %s" % (label, fmt(v), fmt(target) if target else "-",
-                                     {True: "yes", False: "NO", None: "-"}[met]))
-
-    for label, num, den, target, better in RATIOS:
-        n, d = summary.get(num, {}).get("median"), summary.get(den, {}).get("median")
-        check(label, n / d if n and d else None, target, better)
-    for name, target, better in ABS:
-        check(name, summary.get(name, {}).get("median"), target, better)
-    out = a.json or os.path.join(HERE, "results", "shm-%s.json" % datetime.date.today().isoformat())
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump({"date": datetime.datetime.now().isoformat(timespec="seconds"), "cores": os.cpu_count(),
-                   "runs": a.runs, "results": summary, "targets": checks, "errors": errors}, f, indent=1)
-    print("\nwrote %s%s" % (out, "; %d run(s) failed (listed in the file)" % len(errors) if errors else ""))
+        print("%-32s %9s %9s %9s  %s" % (m["name"], compare.fmt(lo), compare.fmt(med), compare.fmt(hi), m["unit"]))
+    compare.write_json("shm", a, summary, compare.judge(summary, RATIOS, ABS), errors)
     return 0
 
 
