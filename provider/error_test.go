@@ -134,27 +134,35 @@ func TestRemoteAccessErrors(t *testing.T) {
 			w := sqe(1, tc.op, verbs.SendSignaled, sge(smr, src, 0, n))
 			w.RKey, w.RemoteAddr = dmr.STag, addr(dst, tc.off)
 			c.postSend(w)
-			e := pollCQ(t, c.scq, to)
-			require.EqualValues(t, 1, e.WRID)
-			if tc.want == verbs.WCSuccess {
-				// A Write completes once on the socket; the Terminate may
-				// overtake that and flush it.
-				require.Contains(t, []uint32{verbs.WCSuccess, verbs.WCWRFlushErr}, e.Status)
-			} else {
-				require.EqualValues(t, tc.want, e.Status)
-			}
-			c.wait(Disconnected, to)
-			s.wait(Disconnected, to)
-			require.Equal(t, verbs.QPSErr, c.qp.State())
-			require.Equal(t, verbs.QPSErr, s.qp.State())
-			flushed(t, c.rcq, 50)
-			// The responder raised the async event.
-			var rec [verbs.AsyncEventSize]byte
-			_, err := syscall.Read(s.ctx.AsyncFD(), rec[:])
-			require.NoError(t, err)
-			require.EqualValues(t, tc.async, rec[0])
+			requireRemoteAccessFails(t, c, s, 1, tc.want, tc.async)
 		})
 	}
+}
+
+// requireRemoteAccessFails checks what a remote access the responder
+// refuses does to both sides: the requester's completion of wrid (want),
+// both connections down, both QPs in ERR, the requester's receives flushed,
+// and the responder's async event.
+func requireRemoteAccessFails(t *testing.T, c, s *side, wrid uint64, want, async uint32) {
+	t.Helper()
+	e := pollCQ(t, c.scq, to)
+	require.EqualValues(t, wrid, e.WRID)
+	if want == verbs.WCSuccess {
+		// A Write completes once on the socket; the Terminate may
+		// overtake that and flush it.
+		require.Contains(t, []uint32{verbs.WCSuccess, verbs.WCWRFlushErr}, e.Status)
+	} else {
+		require.EqualValues(t, want, e.Status)
+	}
+	c.wait(Disconnected, to)
+	s.wait(Disconnected, to)
+	require.Equal(t, verbs.QPSErr, c.qp.State())
+	require.Equal(t, verbs.QPSErr, s.qp.State())
+	flushed(t, c.rcq, 50)
+	var rec [verbs.AsyncEventSize]byte
+	_, err := syscall.Read(s.ctx.AsyncFD(), rec[:])
+	require.NoError(t, err)
+	require.EqualValues(t, async, rec[0])
 }
 
 func TestDisconnectFromServer(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -181,21 +180,7 @@ func TestShmRemoteAccessErrors(t *testing.T) {
 					w.RKey ^= 0x5500
 				}
 				c.postSend(w)
-				e := pollCQ(t, c.scq, to)
-				if tc.want == verbs.WCSuccess {
-					require.Contains(t, []uint32{verbs.WCSuccess, verbs.WCWRFlushErr}, e.Status)
-				} else {
-					require.EqualValues(t, tc.want, e.Status)
-				}
-				c.wait(Disconnected, to)
-				s.wait(Disconnected, to)
-				require.Equal(t, verbs.QPSErr, c.qp.State())
-				require.Equal(t, verbs.QPSErr, s.qp.State())
-				flushed(t, c.rcq, 50)
-				var rec [verbs.AsyncEventSize]byte
-				_, err := syscall.Read(s.ctx.AsyncFD(), rec[:])
-				require.NoError(t, err)
-				require.EqualValues(t, tc.async, rec[0])
+				requireRemoteAccessFails(t, c, s, 1, tc.want, tc.async)
 			})
 		}
 	}
