@@ -396,6 +396,9 @@ func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool, 
 			errComp()
 		}
 		// After a write in progress retired what it finished (see wgate).
+		if l := e.shm; l != nil {
+			l.closeTarget()
+		}
 		e.tx.wgate.Lock()
 		e.compMu.Lock()
 		e.dead.Store(true)
@@ -478,6 +481,9 @@ func (e *Endpoint) Close(graceful bool) {
 		return
 	}
 	e.gone.Store(true)
+	if l := e.shm; l != nil {
+		l.closeTarget()
+	}
 	for _, t := range []*time.Timer{e.discT.Load(), e.lingerT.Load()} {
 		if t != nil {
 			t.Stop()

@@ -338,6 +338,9 @@ func (e *Endpoint) startRX() {
 	rx.ctl = func(fd uintptr) { rx.prog = rx.pump(fd) }
 	e.rx.Store(rx)
 	if e.shm != nil {
+		if e.pd != nil {
+			e.shm.openTarget(e.pd.ID)
+		}
 		go e.shm.watch(e.c)
 		go rx.loopShm()
 		return
@@ -358,6 +361,11 @@ func (rx *rxState) pump(fd uintptr) bool {
 	rx.rd.settle()
 	rx.rd.fd = -1
 	rx.rnrWait = err == errRNRWait
+	if err == errAgain && rx.rd.shm != nil {
+		// All that was read is processed, but for what waits in the
+		// carry-over buffer (a header split across writes).
+		rx.rd.shm.placed(rx.rd.nread - uint64(rx.rd.w-rx.rd.r))
+	}
 	if err == errAgain || err == errRNRWait {
 		return rx.rd.pos != pos || rx.rd.nread != nread
 	}

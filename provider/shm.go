@@ -2,6 +2,7 @@ package provider
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goiwarp/goiwarp/provider/shmring"
+	"github.com/goiwarp/goiwarp/verbs"
 	"golang.org/x/sys/unix"
 )
 
@@ -72,6 +74,8 @@ type shmLink struct {
 	// Eventfd read buffers, of the RX and the TX goroutine: a fresh one
 	// per wait would be an allocation per wait.
 	dataBuf, roomBuf []byte
+
+	dir shmDirect // direct placement (shmdirect.go)
 }
 
 // Order of the four eventfds in the memory message: ring A runs from the
@@ -163,13 +167,19 @@ func (o *shmOffer) serve(c *net.TCPConn, ring int, deadline time.Time) (*shmLink
 	}
 	defer uc.Close()
 	_ = uc.SetDeadline(deadline)
-	if err := samePeerUser(uc); err != nil {
-		return nil, err
-	}
-	fds, err := recvFds(uc, shmMsgSocket, 1)
+	peerPid, err := samePeerUser(uc)
 	if err != nil {
 		return nil, err
 	}
+	table, err := verbs.PubTableFD()
+	if err != nil {
+		return nil, err
+	}
+	fds, sentPid, err := recvFds(uc, shmMsgSocket, 2)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fds[1])
 	err = checkOtherEnd(fds[0], c)
 	unix.Close(fds[0])
 	if err != nil {
@@ -180,9 +190,9 @@ func (o *shmOffer) serve(c *net.TCPConn, ring int, deadline time.Time) (*shmLink
 		return nil, err
 	}
 	l, err := mapShm(memfd, evs, true)
-	rights := unix.UnixRights(append([]int{memfd}, evs[:]...)...)
+	rights := unix.UnixRights(append(append([]int{memfd}, evs[:]...), table)...)
 	if err == nil {
-		_, _, err = uc.WriteMsgUnix([]byte{shmMsgMemory}, rights, nil)
+		_, _, err = uc.WriteMsgUnix(shmMsg(shmMsgMemory), rights, nil)
 	}
 	unix.Close(memfd)
 	if err == nil {
@@ -199,6 +209,7 @@ func (o *shmOffer) serve(c *net.TCPConn, ring int, deadline time.Time) (*shmLink
 		}
 		return nil, err
 	}
+	l.attachPeer(fds[1], peerPid, sentPid)
 	return l, nil
 }
 
@@ -228,7 +239,12 @@ func answer(c *net.TCPConn, deadline time.Time) (*shmLink, error) {
 	uc := nc.(*net.UnixConn)
 	defer uc.Close()
 	_ = uc.SetDeadline(deadline)
-	if err := samePeerUser(uc); err != nil {
+	peerPid, err := samePeerUser(uc)
+	if err != nil {
+		return nil, err
+	}
+	table, err := verbs.PubTableFD()
+	if err != nil {
 		return nil, err
 	}
 	rc, err := c.SyscallConn()
@@ -237,17 +253,18 @@ func answer(c *net.TCPConn, deadline time.Time) (*shmLink, error) {
 	}
 	var werr error
 	if err := rc.Control(func(fd uintptr) {
-		_, _, werr = uc.WriteMsgUnix([]byte{shmMsgSocket}, unix.UnixRights(int(fd)), nil)
+		_, _, werr = uc.WriteMsgUnix(shmMsg(shmMsgSocket), unix.UnixRights(int(fd), table), nil)
 	}); err != nil {
 		return nil, err
 	}
 	if werr != nil {
 		return nil, werr
 	}
-	fds, err := recvFds(uc, shmMsgMemory, 1+nEv)
+	fds, sentPid, err := recvFds(uc, shmMsgMemory, 1+nEv+1)
 	if err != nil {
 		return nil, err
 	}
+	defer unix.Close(fds[1+nEv])
 	var evs [nEv]int
 	copy(evs[:], fds[1:])
 	l, err := mapShm(fds[0], evs, false)
@@ -260,29 +277,31 @@ func answer(c *net.TCPConn, deadline time.Time) (*shmLink, error) {
 		l.close()
 		return nil, err
 	}
+	l.attachPeer(fds[1+nEv], peerPid, sentPid)
 	return l, nil
 }
 
-// samePeerUser checks that the process at the other end of uc runs as our user.
-func samePeerUser(uc *net.UnixConn) error {
+// samePeerUser checks that the process at the other end of uc runs as our
+// user, and returns its pid (0 when it is not in our pid namespace).
+func samePeerUser(uc *net.UnixConn) (int, error) {
 	rc, err := uc.SyscallConn()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := rc.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return err
+		return 0, err
 	}
 	if cerr != nil {
-		return cerr
+		return 0, cerr
 	}
 	if int(cred.Uid) != os.Getuid() {
-		return fmt.Errorf("peer runs as uid %d, we as %d", cred.Uid, os.Getuid())
+		return 0, fmt.Errorf("peer runs as uid %d, we as %d", cred.Uid, os.Getuid())
 	}
-	return nil
+	return int(cred.Pid), nil
 }
 
 // checkOtherEnd checks that fd is the peer's end of c: its local address is
@@ -309,17 +328,26 @@ func sameAddr(sa unix.Sockaddr, a *net.TCPAddr) bool {
 	return false
 }
 
-// recvFds reads message kind with exactly n fds.
-func recvFds(uc *net.UnixConn, kind byte, n int) ([]int, error) {
-	var b [1]byte
-	oob := make([]byte, unix.CmsgSpace(4*(nEv+1)))
-	_, oobn, _, _, err := uc.ReadMsgUnix(b[:], oob)
+// shmMsg is a negotiation message: its kind and the sender's pid (as it
+// sees itself: the direct path needs it to be the pid SO_PEERCRED gives).
+func shmMsg(kind byte) []byte {
+	b := []byte{kind, 0, 0, 0, 0}
+	binary.LittleEndian.PutUint32(b[1:], uint32(os.Getpid()))
+	return b
+}
+
+// recvFds reads message kind with exactly n fds; it returns them and the
+// sender's pid.
+func recvFds(uc *net.UnixConn, kind byte, n int) ([]int, int, error) {
+	var b [5]byte
+	oob := make([]byte, unix.CmsgSpace(4*(nEv+2)))
+	bn, oobn, _, _, err := uc.ReadMsgUnix(b[:], oob)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var fds []int
 	for i := range msgs {
@@ -328,11 +356,11 @@ func recvFds(uc *net.UnixConn, kind byte, n int) ([]int, error) {
 			fds = append(fds, f...)
 		}
 	}
-	if b[0] != kind || len(fds) != n {
+	if bn != len(b) || b[0] != kind || len(fds) != n {
 		closeFds(fds)
-		return nil, fmt.Errorf("unexpected message %#x with %d fds", b[0], len(fds))
+		return nil, 0, fmt.Errorf("unexpected message %#x with %d fds", b[0], len(fds))
 	}
-	return fds, nil
+	return fds, int(binary.LittleEndian.Uint32(b[1:])), nil
 }
 
 func closeFds(fds []int) {
@@ -415,6 +443,7 @@ func mapShm(memfd int, evs [nEv]int, initiator bool) (*shmLink, error) {
 // close unmaps the rings and closes the eventfds; nothing may use the link
 // any more.
 func (l *shmLink) close() {
+	l.closeDirect()
 	_ = unix.Munmap(l.mem)
 	l.mem = nil
 	l.inData.Close()

@@ -947,6 +947,10 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 			t.localError(idx, verbs.WCLocProtErr, err)
 			return nil, stallNone
 		}
+		if op == verbs.WRRDMAWrite && t.mayPlace(nord) && t.e.shm.writeDirect(sqe.RKey, sqe.RemoteAddr, m.data, m.total) {
+			t.placedDirect(m, uint32(m.total))
+			return nil, stallNone
+		}
 		if op == verbs.WRRDMAWriteWithImm {
 			imm := t.newSQMsg(idx)
 			imm.h.Opcode = wire.OpImmediate
@@ -985,6 +989,12 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 				return nil, stallNone
 			}
 			oe.span, oe.sinkSTag, oe.sinkTO, oe.length = sp, s.LKey, s.Addr, s.Length
+			if !atomic && t.mayPlace(nord) && t.e.shm.readDirect(sqe.RKey, sqe.RemoteAddr, sp.Buf) {
+				sp.Release()
+				t.putORD(oe)
+				t.placedDirect(m, s.Length)
+				return nil, stallNone
+			}
 		}
 		m.complete = false
 		if atomic {
@@ -1020,6 +1030,20 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 	}
 	m.byteLen = uint32(m.total) // the Immediate Data message set its own
 	return m, stallNone
+}
+
+// mayPlace: a Write or Read may be done by direct placement on a same-host
+// connection (shmdirect.go) as far as this side goes: every earlier
+// message is out of the batch and no Read or Atomic is outstanding.
+func (t *txState) mayPlace(nord int) bool {
+	return t.e.shm != nil && nord == 0 && t.queued == t.written && len(t.acts) == 0
+}
+
+// placedDirect completes the work request of m, done by direct placement.
+func (t *txState) placedDirect(m *txMsg, n uint32) {
+	m.release()
+	t.free = append(t.free, m)
+	t.e.completeSend(m.idx, verbs.WCSuccess, n)
 }
 
 // frameSegment appends the next FPDU of m to the batch. It frames piecewise

@@ -13,10 +13,11 @@ import (
 // PD is a protection domain.
 type PD struct {
 	Ctx *Context
+	ID  uint32 // unique in the process: a same-host peer checks it (mrpub.go)
 }
 
 // AllocPD allocates a protection domain.
-func (c *Context) AllocPD() *PD { return &PD{Ctx: c} }
+func (c *Context) AllocPD() *PD { return &PD{Ctx: c, ID: newPDID()} }
 
 // MR is a registered memory region. Its STag serves as both lkey and rkey.
 type MR struct {
@@ -33,14 +34,20 @@ type MR struct {
 	dead     bool
 	invalid  bool // invalidated (Send with Invalidate, Local Invalidate)
 	idle     *sync.Cond
+	pubSlot  bool // owns its slot of the published table (mrpub.go)
 }
 
 // The process-wide STag table: STags are unique among all devices, so a peer
 // naming an STag of another PD is caught by the PD check, not by luck.
 var mrTable = struct {
 	sync.RWMutex
-	m map[uint32]*MR
+	m     map[uint32]*MR
+	slots [PubSlots]bool // published-table slots owned by a region
 }{m: map[uint32]*MR{}}
+
+// stagTries: how many random STags RegMR draws looking for one whose
+// published-table slot is free before it takes one without a slot.
+const stagTries = 8
 
 // Errors of memory access checks, mapped by the engine to completion
 // statuses and Terminate codes.
@@ -97,16 +104,25 @@ func (pd *PD) RegMR(addr uintptr, length, iova uint64, access int) (*MR, error) 
 	if len(mrTable.m) >= MaxMR {
 		return nil, unix.ENOMEM
 	}
-	for {
+	for try := 0; ; try++ {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
 		s := binary.BigEndian.Uint32(b[:])
-		if _, taken := mrTable.m[s]; s != 0 && !taken {
-			mr.STag = s
+		if _, taken := mrTable.m[s]; s == 0 || taken {
+			continue
+		}
+		if free := !mrTable.slots[PubSlot(s)]; free || try >= stagTries {
+			mr.STag, mr.pubSlot = s, free
 			break
 		}
 	}
 	mrTable.m[mr.STag] = mr
+	if mr.pubSlot {
+		mrTable.slots[PubSlot(mr.STag)] = true
+		mr.mu.Lock()
+		mr.publishLocked()
+		mr.mu.Unlock()
+	}
 	return mr, nil
 }
 
@@ -145,17 +161,28 @@ func (mr *MR) Rereg(pd *PD, addr uintptr, length, iova uint64, access int, flags
 // Dereg removes the region from the STag table and waits until no placement
 // into it is in flight.
 func (mr *MR) Dereg() {
-	mrTable.Lock()
-	delete(mrTable.m, mr.STag)
-	mrTable.Unlock()
 	mr.quiesce()
+	mrTable.Lock()
+	defer mrTable.Unlock()
+	if mrTable.m[mr.STag] != mr {
+		return // deregistered before
+	}
+	delete(mrTable.m, mr.STag)
+	mr.mu.Lock()
+	if mr.pubSlot {
+		mrTable.slots[PubSlot(mr.STag)] = false
+		mr.pubSlot = false // the slot may be another region's from now
+	}
+	mr.mu.Unlock()
 }
 
-// quiesce refuses new placements into the region (dead) and waits for those
-// in flight; resume lets them in again (Rereg).
+// quiesce refuses new placements into the region (dead), also by
+// same-host peers, and waits for those in flight; resume lets them in
+// again (Rereg).
 func (mr *MR) quiesce() {
 	mr.mu.Lock()
 	mr.dead = true
+	mr.revokeLocked()
 	for mr.inflight > 0 {
 		mr.idle.Wait()
 	}
@@ -165,6 +192,9 @@ func (mr *MR) quiesce() {
 func (mr *MR) resume() {
 	mr.mu.Lock()
 	mr.dead = false
+	if !mr.invalid {
+		mr.publishLocked()
+	}
 	mr.mu.Unlock()
 }
 
@@ -245,5 +275,6 @@ func InvalidateSTag(pd *PD, stag uint32) error {
 		return ErrWrongPD
 	}
 	mr.invalid = true
+	mr.revokeLocked()
 	return nil
 }

@@ -19,6 +19,7 @@ const (
 	offHead  = 0        // bytes consumed, ever (consumer writes)
 	offTail  = line     // bytes produced, ever (producer writes)
 	offFlags = 2 * line // reader asleep, writer asleep
+	offAux   = 3 * line // the consumer's words for the producer (Aux)
 	// HeaderLen is the room the header takes in front of the data.
 	HeaderLen = 4096
 )
@@ -32,6 +33,7 @@ type Ring struct {
 	head, tail *atomic.Uint64
 	rsleep     *atomic.Uint32
 	wsleep     *atomic.Uint32
+	aux        *[AuxWords]atomic.Uint64
 	data       []byte
 	mask       uint64
 }
@@ -52,6 +54,7 @@ func New(mem []byte) (*Ring, error) {
 		tail:   (*atomic.Uint64)(unsafe.Add(p, offTail)),
 		rsleep: (*atomic.Uint32)(unsafe.Add(p, offFlags)),
 		wsleep: (*atomic.Uint32)(unsafe.Add(p, offFlags+4)),
+		aux:    (*[AuxWords]atomic.Uint64)(unsafe.Add(p, offAux)),
 		data:   mem[HeaderLen:],
 		mask:   uint64(n - 1),
 	}, nil
@@ -65,6 +68,16 @@ func (r *Ring) Cap() int { return len(r.data) }
 func (r *Ring) Buffered() int {
 	return int(min(r.tail.Load()-r.head.Load(), uint64(len(r.data))))
 }
+
+// Produced is the count of bytes the producer has written, ever.
+func (r *Ring) Produced() uint64 { return r.tail.Load() }
+
+// AuxWords is the number of Aux words.
+const AuxWords = 8
+
+// Aux is word i of a cache line the consumer writes and the producer
+// reads, for the caller's own use (the ring gives it no meaning).
+func (r *Ring) Aux(i int) *atomic.Uint64 { return &r.aux[i] }
 
 // Free is what the producer may write now.
 func (r *Ring) Free() int { return len(r.data) - r.Buffered() }

@@ -1,0 +1,204 @@
+package provider
+
+import (
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goiwarp/goiwarp/verbs"
+	"golang.org/x/sys/unix"
+)
+
+// Direct placement on a same-host connection. An RDMA Write whose target
+// region the peer has published (verbs/mrpub.go) is placed by the source
+// itself with one process_vm_writev, and an RDMA Read is served by the
+// requester with one process_vm_readv: one copy, no FPDU, no wake-up of
+// the peer (perftest's latency tests wait for a Write by watching memory,
+// so the placement must not wait for the peer's receiver to run).
+//
+// The source applies the target's checks from the published entry, holding
+// it while it copies so that deregistration waits for it. Whatever does not
+// pass — an STag that is not published or fails a check, a target QP that is
+// not in RTS, an earlier message of ours the peer has not processed yet, an
+// outstanding Read or Atomic, a process_vm call that fails — takes the FPDU
+// path through the ring, where the target's engine decides as over TCP: the
+// same completions, Terminates and async events.
+//
+// Ordering: a direct operation runs only when everything this side sent
+// before it has been processed by the peer (placedPos) and no Read or
+// Atomic of ours is outstanding, so it is placed after all that precedes it
+// and before anything that follows it is sent.
+
+// Aux words of a ring, written by its consumer (the target of what the
+// producer sends).
+const (
+	// auxPlaced: the producer's stream position up to which everything
+	// has been received and processed.
+	auxPlaced = iota
+	// auxTarget: auxOpen | the target QP's PD ID while its QP accepts
+	// placements, else 0.
+	auxTarget
+)
+
+const auxOpen = 1 << 32
+
+var selfPid = os.Getpid()
+
+// yamaScope is the kernel's Yama ptrace_scope (0 without Yama).
+var yamaScope = sync.OnceValue(func() int {
+	b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
+	if err != nil {
+		return 0
+	}
+	switch strings.TrimSpace(string(b)) {
+	case "0":
+		return 0
+	case "1":
+		return 1
+	}
+	return 2
+})
+
+// shmDirect is a link's direct-placement state: the peer's published MR
+// table and pid; the iovecs belong to the transmit token.
+type shmDirect struct {
+	pid   int
+	table *verbs.PubView
+	off   atomic.Bool // a process_vm call was refused: FPDUs only from now
+	ops   atomic.Uint64
+	liov  [verbs.MaxSGE]unix.Iovec
+	riov  [1]unix.RemoteIovec
+
+	auxMu     sync.Mutex // auxClosed and the target word against close
+	auxClosed bool
+}
+
+// attachPeer maps the peer's MR table (fd, kept by the caller) for direct
+// placement when the peer is a process we can name: credPid from
+// SO_PEERCRED, sentPid what it says it is (they differ across pid
+// namespaces). Failing that, the link carries FPDUs only.
+func (l *shmLink) attachPeer(fd, credPid, sentPid int) {
+	if credPid <= 0 || credPid != sentPid {
+		Debugf("shm: peer pid %d (says %d): no direct placement", credPid, sentPid)
+		return
+	}
+	v, err := verbs.MapPubTable(fd)
+	if err != nil {
+		Debugf("shm: peer's MR table: %v: no direct placement", err)
+		return
+	}
+	if yamaScope() == 1 && credPid != selfPid {
+		// Yama lets only ancestors trace a process; the peer is usually
+		// a sibling. Name it (one process at a time: an earlier peer is
+		// refused from now and goes back to FPDUs).
+		_ = unix.Prctl(unix.PR_SET_PTRACER, uintptr(credPid), 0, 0, 0)
+	}
+	l.dir.pid, l.dir.table = credPid, v
+}
+
+// openTarget tells the peer that our QP (of PD pd) accepts placements.
+func (l *shmLink) openTarget(pd uint32) {
+	l.dir.auxMu.Lock()
+	if !l.dir.auxClosed {
+		l.in.Aux(auxTarget).Store(auxOpen | uint64(pd))
+	}
+	l.dir.auxMu.Unlock()
+}
+
+// closeTarget withdraws that, before the QP leaves RTS; any time, even
+// after close.
+func (l *shmLink) closeTarget() {
+	l.dir.auxMu.Lock()
+	if !l.dir.auxClosed && l.mem != nil {
+		l.in.Aux(auxTarget).Store(0)
+	}
+	l.dir.auxMu.Unlock()
+}
+
+// placed publishes that our receiver processed the peer's stream up to pos.
+func (l *shmLink) placed(pos uint64) { l.in.Aux(auxPlaced).Store(pos) }
+
+// directTarget is the target QP's PD when a direct operation may run now:
+// the peer processed all we sent and accepts placements.
+func (l *shmLink) directTarget() (uint32, bool) {
+	if l.dir.table == nil || l.dir.off.Load() {
+		return 0, false
+	}
+	t := l.out.Aux(auxTarget).Load()
+	if t&auxOpen == 0 || l.out.Aux(auxPlaced).Load() != l.out.Produced() {
+		return 0, false
+	}
+	return uint32(t), true
+}
+
+// writeDirect places data (total bytes) at the peer's stag/to; false when
+// the caller must send the Write as FPDUs.
+func (l *shmLink) writeDirect(stag uint32, to uint64, data [][]byte, total int) bool {
+	pd, ok := l.directTarget()
+	if !ok || total == 0 || len(data) > len(l.dir.liov) {
+		return false
+	}
+	remote, h, ok := l.dir.table.Acquire(selfPid, stag, pd, to, uint64(total), verbs.AccessRemoteWrite)
+	if !ok {
+		return false
+	}
+	defer h.Release()
+	for i, b := range data {
+		l.dir.liov[i] = unix.Iovec{Base: &b[0]}
+		l.dir.liov[i].SetLen(len(b))
+	}
+	l.dir.riov[0] = unix.RemoteIovec{Base: uintptr(remote), Len: total}
+	n, err := unix.ProcessVMWritev(l.dir.pid, l.dir.liov[:len(data)], l.dir.riov[:], 0)
+	return l.directDone(n, total, err)
+}
+
+// readDirect reads the peer's stag/to into sink; false when the caller
+// must send a Read Request.
+func (l *shmLink) readDirect(stag uint32, to uint64, sink []byte) bool {
+	pd, ok := l.directTarget()
+	if !ok || len(sink) == 0 {
+		return false
+	}
+	remote, h, ok := l.dir.table.Acquire(selfPid, stag, pd, to, uint64(len(sink)), verbs.AccessRemoteRead)
+	if !ok {
+		return false
+	}
+	defer h.Release()
+	l.dir.liov[0] = unix.Iovec{Base: &sink[0]}
+	l.dir.liov[0].SetLen(len(sink))
+	l.dir.riov[0] = unix.RemoteIovec{Base: uintptr(remote), Len: len(sink)}
+	n, err := unix.ProcessVMReadv(l.dir.pid, l.dir.liov[:1], l.dir.riov[:], 0)
+	return l.directDone(n, len(sink), err)
+}
+
+// directDone judges a process_vm call. A fault (memory unmapped on either
+// side, a region the peer registered over a hole) or a short copy is left
+// to the FPDU path, which redoes the whole operation and reports the fault
+// where the engine would; a refusal turns direct placement off for good.
+func (l *shmLink) directDone(n, want int, err error) bool {
+	switch err {
+	case nil:
+		if n == want {
+			l.dir.ops.Add(1)
+			return true
+		}
+	case unix.EFAULT, unix.EINTR:
+	default:
+		if !l.dir.off.Swap(true) {
+			Debugf("shm: process_vm to pid %d: %v; direct placement off", l.dir.pid, err)
+		}
+	}
+	return false
+}
+
+// closeDirect ends direct placement with the link.
+func (l *shmLink) closeDirect() {
+	l.dir.auxMu.Lock()
+	l.dir.auxClosed = true
+	l.dir.auxMu.Unlock()
+	if l.dir.table != nil {
+		l.dir.table.Unmap()
+		l.dir.table = nil
+	}
+}
