@@ -378,6 +378,7 @@ func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool, 
 		e.mu.Lock()
 		e.closed = true
 		c := e.c
+		started := e.rc != nil // e.shm is settled
 		e.mu.Unlock()
 		if c != nil {
 			// Bound everything that might still wait on the peer.
@@ -396,7 +397,7 @@ func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool, 
 			errComp()
 		}
 		// After a write in progress retired what it finished (see wgate).
-		if l := e.shm; l != nil {
+		if l := e.shm; started && l != nil {
 			l.closeTarget()
 		}
 		e.tx.wgate.Lock()
@@ -481,9 +482,6 @@ func (e *Endpoint) Close(graceful bool) {
 		return
 	}
 	e.gone.Store(true)
-	if l := e.shm; l != nil {
-		l.closeTarget()
-	}
 	for _, t := range []*time.Timer{e.discT.Load(), e.lingerT.Load()} {
 		if t != nil {
 			t.Stop()
@@ -502,6 +500,9 @@ func (e *Endpoint) Close(graceful bool) {
 	}
 	if !started {
 		return
+	}
+	if l := e.shm; l != nil {
+		l.closeTarget()
 	}
 	e.hardOnce.Do(e.quiesce)
 }

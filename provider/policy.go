@@ -61,6 +61,10 @@ import (
 //	GOIWARP_SHM_RING      bytes of each direction's ring, a power of two
 //	                      from 64 KiB to 256 MiB (default 4 MiB); the
 //	                      initiator's value counts.
+//	GOIWARP_SHM_DIRECT    1 (default) or 0: on a same-host connection, place
+//	                      RDMA Writes and serve Reads with process_vm_writev
+//	                      and readv (shmdirect.go); 0 sends them through the
+//	                      rings as FPDUs.
 type Policy struct {
 	Revision    int  // 1 or 2
 	CRC         bool // set C in what we send
@@ -88,9 +92,11 @@ type Policy struct {
 	// makes.
 	QPLinger time.Duration
 	cmless   bool
-	// SHM and ShmRing: see GOIWARP_SHM and GOIWARP_SHM_RING.
-	SHM     ShmMode
-	ShmRing int
+	// SHM, ShmRing and ShmRingOnly: see GOIWARP_SHM, GOIWARP_SHM_RING and
+	// GOIWARP_SHM_DIRECT (0: ShmRingOnly).
+	SHM         ShmMode
+	ShmRing     int
+	ShmRingOnly bool
 }
 
 // ShmMode is GOIWARP_SHM.
@@ -304,6 +310,17 @@ func PolicyFromEnv() Policy {
 			p.SHM = ShmOff
 		case "1", "on", "yes", "true":
 			p.SHM = ShmOn
+		default:
+			return false
+		}
+		return true
+	})
+	env("GOIWARP_SHM_DIRECT", func(v string) bool {
+		switch v {
+		case "0", "off", "no", "false":
+			p.ShmRingOnly = true
+		case "1", "on", "yes", "true":
+			p.ShmRingOnly = false
 		default:
 			return false
 		}

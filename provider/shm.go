@@ -131,6 +131,8 @@ func offerShm(pol *Policy, c *net.TCPConn, timeout time.Duration) *shmOffer {
 				l, err := o.serve(c, pol.ShmRing, time.Now().Add(timeout))
 				if err != nil {
 					Debugf("shm %v -> %v: %v; staying on TCP", c.LocalAddr(), c.RemoteAddr(), err)
+				} else if pol.ShmRingOnly {
+					l.dir.off.Store(true)
 				}
 				o.done <- l
 			}()
@@ -222,6 +224,8 @@ func answerShm(pol *Policy, c *net.TCPConn) *shmLink {
 	l, err := answer(c, time.Now().Add(pol.Timeout))
 	if err != nil {
 		Debugf("shm %v <- %v: %v; staying on TCP", c.LocalAddr(), c.RemoteAddr(), err)
+	} else if pol.ShmRingOnly {
+		l.dir.off.Store(true)
 	}
 	return l
 }

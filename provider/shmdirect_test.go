@@ -163,3 +163,14 @@ func TestShmDirectDeregRace(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	require.True(t, bytes.Equal(dst, make([]byte, len(dst))), "written after Dereg returned")
 }
+
+// GOIWARP_SHM_DIRECT=0: Writes and Reads go through the rings as FPDUs.
+func TestShmRingOnly(t *testing.T) {
+	t.Setenv("GOIWARP_SHM_DIRECT", "0")
+	pol := PolicyFromEnv()
+	pol.SHM = ShmOn
+	require.True(t, pol.ShmRingOnly)
+	p := connectPair(t, pairOpts{cliPol: pol, srvPol: pol})
+	sendWriteRead(t, p)
+	require.Zero(t, directOps(p))
+}

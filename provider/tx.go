@@ -947,7 +947,8 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 			t.localError(idx, verbs.WCLocProtErr, err)
 			return nil, stallNone
 		}
-		if op == verbs.WRRDMAWrite && t.mayPlace(nord) && t.e.shm.writeDirect(sqe.RKey, sqe.RemoteAddr, m.data, m.total) {
+		if op == verbs.WRRDMAWrite && t.mayPlace(nord) && (m.total >= directBurstMin || !t.e.qp.MoreSends()) &&
+			t.e.shm.writeDirect(sqe.RKey, sqe.RemoteAddr, m.data, m.total) {
 			t.placedDirect(m, uint32(m.total))
 			return nil, stallNone
 		}
@@ -1031,6 +1032,12 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 	m.byteLen = uint32(m.total) // the Immediate Data message set its own
 	return m, stallNone
 }
+
+// directBurstMin: a Write smaller than this followed by more work requests
+// goes into the ring with them (one copy each way, but no system call per
+// Write: a burst of small Writes moves faster so); alone, it is placed
+// directly (no wait for the peer's receiver).
+const directBurstMin = 8 << 10
 
 // mayPlace: a Write or Read may be done by direct placement on a same-host
 // connection (shmdirect.go) as far as this side goes: every earlier

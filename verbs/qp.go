@@ -506,6 +506,13 @@ func (qp *QP) NextSend() (*SQE, uint32, bool) {
 	return (*SQE)(qp.SQ.entry(i)), i, true
 }
 
+// MoreSends reports whether entries are posted beyond those started.
+func (qp *QP) MoreSends() bool {
+	qp.sqMu.Lock()
+	defer qp.sqMu.Unlock()
+	return qp.sqNext != qp.SQ.prod()
+}
+
 // UnstartSend puts back the entry NextSend just returned (ORD full, fence).
 func (qp *QP) UnstartSend(idx uint32) {
 	qp.sqMu.Lock()
