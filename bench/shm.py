@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Same-host fast path (issue 13): perftest through goiwarp with GOIWARP_SHM=1
-and =0, iperf3 and UCX shared memory, in one run (bench/shm.sh builds first).
+(direct placement, and the rings alone: GOIWARP_SHM_DIRECT=0) and =0, iperf3 and UCX shared memory, in one run (bench/shm.sh builds first).
 
 usage: shm.py [--build DIR] [--runs N] [--secs S] [--lat-iters N] [--only REGEX] [--json FILE] [--list]
 
@@ -25,19 +25,28 @@ import compare  # noqa: E402  (perftest, iperf3, Pair, port)
 HERE = compare.HERE
 
 
-def with_shm(mode, fn):
-    """fn run with GOIWARP_SHM=mode in the environment the pairs copy."""
+def with_env(env, fn):
+    """fn run with env set in the environment the pairs copy."""
     def run():
-        old = os.environ.get("GOIWARP_SHM")
-        os.environ["GOIWARP_SHM"] = mode
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             return fn()
         finally:
-            if old is None:
-                del os.environ["GOIWARP_SHM"]
-            else:
-                os.environ["GOIWARP_SHM"] = old
+            for k, v in old.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
     return run
+
+
+# The paths measured: direct placement (the default), the rings alone, TCP.
+MODES = (
+    ({"GOIWARP_SHM": "1", "GOIWARP_SHM_DIRECT": "1"}, "shm"),
+    ({"GOIWARP_SHM": "1", "GOIWARP_SHM_DIRECT": "0"}, "shm-ring"),
+    ({"GOIWARP_SHM": "0"}, "tcp"),
+)
 
 
 def measurements(a):
@@ -46,16 +55,16 @@ def measurements(a):
     def add(name, fn, key, unit):
         M.append({"name": name, "fn": fn, "key": key, "unit": unit})
 
-    for mode, label in (("1", "shm"), ("0", "tcp")):
+    for mode, label in MODES:
         for prog in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
             add("%s -s 65536 %s" % (prog, label),
-                with_shm(mode, lambda prog=prog: compare.perftest(lib, prog, ["-s", "65536"], secs)), "gbps", "GB/s")
+                with_env(mode, lambda prog=prog: compare.perftest(lib, prog, ["-s", "65536"], secs)), "gbps", "GB/s")
         for prog in ("ib_write_lat", "ib_send_lat", "ib_read_lat"):
             add("%s -s 2 %s" % (prog, label),
-                with_shm(mode, lambda prog=prog: compare.perftest(lib, prog, ["-s", "2", "-n", str(a.lat_iters)])),
+                with_env(mode, lambda prog=prog: compare.perftest(lib, prog, ["-s", "2", "-n", str(a.lat_iters)])),
                 "typical", "us")
         add("ib_write_bw -s 8 %s" % label,
-            with_shm(mode, lambda: compare.perftest(lib, "ib_write_bw", ["-s", "8"], secs)), "mpps", "Mpps")
+            with_env(mode, lambda: compare.perftest(lib, "ib_write_bw", ["-s", "8"], secs)), "mpps", "Mpps")
     add("iperf3 -l 65536", lambda: compare.iperf3(65536, 1, secs), "gbps", "GB/s")
     if shutil.which("ucx_perftest"):
         add("ucx ucp_put_bw -s 65536", lambda: compare.ucx("ucp_put_bw", 65536, a.bw_iters, "posix,cma,self", "all"), "gbps", "GB/s")
@@ -70,6 +79,8 @@ RATIOS = [  # (label, numerator, denominator, target, better)
     ("read_bw shm / UCX put_bw", "ib_read_bw -s 65536 shm", "ucx ucp_put_bw -s 65536", 0.3, "high"),
     ("send_bw shm / iperf3", "ib_send_bw -s 65536 shm", "iperf3 -l 65536", 3, "high"),
     ("write_bw shm / tcp", "ib_write_bw -s 65536 shm", "ib_write_bw -s 65536 tcp", None, "high"),
+    ("write_bw shm / shm-ring", "ib_write_bw -s 65536 shm", "ib_write_bw -s 65536 shm-ring", None, "high"),
+    ("write_lat shm / shm-ring", "ib_write_lat -s 2 shm", "ib_write_lat -s 2 shm-ring", None, "low"),
     ("send_lat shm / tcp", "ib_send_lat -s 2 shm", "ib_send_lat -s 2 tcp", None, "low"),
 ]
 ABS = [  # (measurement, target, better)

@@ -137,24 +137,34 @@ func (mr *MR) revokeLocked() {
 	}
 	st := pubState(pubEntry(*mem, PubSlot(mr.STag)))
 	st.And(^uint64(pubValid))
+	var until time.Time
 	for spins := 0; ; spins++ {
 		w := st.Load()
 		pid := int(w & pubPidMask)
 		if pid == 0 {
 			return
 		}
-		// The holder is in one process_vm_* call; one that died (or a
-		// scribbled pid of no process) holds nothing.
-		if spins >= 100 && unix.Kill(pid, 0) == unix.ESRCH {
-			st.CompareAndSwap(w, w&^pubPidMask)
+		if spins < 100 {
 			continue
 		}
-		if spins < 100 {
+		// The holder is in one process_vm_* call; one that died (or a
+		// scribbled pid of no process) holds nothing, and a live pid
+		// that holds on for seconds is a peer that scribbled on the table
+		// (a same-user peer can write our memory anyway: this guards
+		// against bugs, not attacks).
+		if until.IsZero() {
+			until = time.Now().Add(pubHoldMax)
+		}
+		if unix.Kill(pid, 0) == unix.ESRCH || time.Now().After(until) {
+			st.CompareAndSwap(w, w&^pubPidMask)
 			continue
 		}
 		time.Sleep(20 * time.Microsecond)
 	}
 }
+
+// pubHoldMax bounds the wait for a peer holding an entry.
+const pubHoldMax = 5 * time.Second
 
 // PubView is a peer's published MR table, mapped here.
 type PubView struct {
