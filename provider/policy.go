@@ -62,9 +62,9 @@ import (
 //	                      from 64 KiB to 256 MiB (default 4 MiB); the
 //	                      initiator's value counts.
 //	GOIWARP_SHM_DIRECT    1 (default) or 0: on a same-host connection, place
-//	                      RDMA Writes and serve Reads with process_vm_writev
-//	                      and readv (shmdirect.go); 0 sends them through the
-//	                      rings as FPDUs.
+//	                      a lone small RDMA Write with process_vm_writev
+//	                      (shmdirect.go); 0 sends it through the rings as an
+//	                      FPDU.
 type Policy struct {
 	Revision    int  // 1 or 2
 	CRC         bool // set C in what we send

@@ -12,10 +12,11 @@ import (
 
 // Direct placement on a same-host connection. An RDMA Write whose target
 // region the peer has published (verbs/mrpub.go) is placed by the source
-// itself with one process_vm_writev, and an RDMA Read is served by the
-// requester with one process_vm_readv: one copy, no FPDU, no wake-up of
-// the peer (perftest's latency tests wait for a Write by watching memory,
-// so the placement must not wait for the peer's receiver to run).
+// itself with one process_vm_writev: one copy, no FPDU, no wake-up of the
+// peer (perftest's write latency test waits for a Write by watching memory,
+// so the placement must not wait for the peer's receiver to run). Reads
+// stay FPDUs: the peer's receiver answers a Read Request faster than a
+// process_vm_readv pins the pages (bench/README.md).
 //
 // The source applies the target's checks from the published entry, holding
 // it while it copies so that deregistration waits for it. Whatever does not
@@ -25,10 +26,10 @@ import (
 // path through the ring, where the target's engine decides as over TCP: the
 // same completions, Terminates and async events.
 //
-// Ordering: a direct operation runs only when everything this side sent
-// before it has been processed by the peer (placedPos) and no Read or
-// Atomic of ours is outstanding, so it is placed after all that precedes it
-// and before anything that follows it is sent.
+// Ordering: a direct Write runs only when everything this side sent before
+// it has been processed by the peer (auxPlaced) and no Read or Atomic of
+// ours is outstanding, so it is placed after all that precedes it and
+// before anything that follows it is sent.
 
 // Aux words of a ring, written by its consumer (the target of what the
 // producer sends).
@@ -119,7 +120,7 @@ func (l *shmLink) closeTarget() {
 // placed publishes that our receiver processed the peer's stream up to pos.
 func (l *shmLink) placed(pos uint64) { l.in.Aux(auxPlaced).Store(pos) }
 
-// directTarget is the target QP's PD when a direct operation may run now:
+// directTarget is the target QP's PD when a direct Write may run now:
 // the peer processed all we sent and accepts placements.
 func (l *shmLink) directTarget() (uint32, bool) {
 	if l.dir.table == nil || l.dir.off.Load() {
@@ -151,25 +152,6 @@ func (l *shmLink) writeDirect(stag uint32, to uint64, data [][]byte, total int) 
 	l.dir.riov[0] = unix.RemoteIovec{Base: uintptr(remote), Len: total}
 	n, err := unix.ProcessVMWritev(l.dir.pid, l.dir.liov[:len(data)], l.dir.riov[:], 0)
 	return l.directDone(n, total, err)
-}
-
-// readDirect reads the peer's stag/to into sink; false when the caller
-// must send a Read Request.
-func (l *shmLink) readDirect(stag uint32, to uint64, sink []byte) bool {
-	pd, ok := l.directTarget()
-	if !ok || len(sink) == 0 {
-		return false
-	}
-	remote, h, ok := l.dir.table.Acquire(selfPid, stag, pd, to, uint64(len(sink)), verbs.AccessRemoteRead)
-	if !ok {
-		return false
-	}
-	defer h.Release()
-	l.dir.liov[0] = unix.Iovec{Base: &sink[0]}
-	l.dir.liov[0].SetLen(len(sink))
-	l.dir.riov[0] = unix.RemoteIovec{Base: uintptr(remote), Len: len(sink)}
-	n, err := unix.ProcessVMReadv(l.dir.pid, l.dir.liov[:1], l.dir.riov[:], 0)
-	return l.directDone(n, len(sink), err)
 }
 
 // directDone judges a process_vm call. A fault (memory unmapped on either

@@ -947,9 +947,9 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 			t.localError(idx, verbs.WCLocProtErr, err)
 			return nil, stallNone
 		}
-		if op == verbs.WRRDMAWrite && t.mayPlace(nord) && (m.total >= directBurstMin || !t.e.qp.MoreSends()) &&
+		if op == verbs.WRRDMAWrite && m.total <= directMax && t.mayPlace(nord) && !t.e.qp.MoreSends() &&
 			t.e.shm.writeDirect(sqe.RKey, sqe.RemoteAddr, m.data, m.total) {
-			t.placedDirect(m, uint32(m.total))
+			t.placedDirect(m)
 			return nil, stallNone
 		}
 		if op == verbs.WRRDMAWriteWithImm {
@@ -990,12 +990,6 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 				return nil, stallNone
 			}
 			oe.span, oe.sinkSTag, oe.sinkTO, oe.length = sp, s.LKey, s.Addr, s.Length
-			if !atomic && t.mayPlace(nord) && t.e.shm.readDirect(sqe.RKey, sqe.RemoteAddr, sp.Buf) {
-				sp.Release()
-				t.putORD(oe)
-				t.placedDirect(m, s.Length)
-				return nil, stallNone
-			}
 		}
 		m.complete = false
 		if atomic {
@@ -1033,13 +1027,15 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 	return m, stallNone
 }
 
-// directBurstMin: a Write smaller than this followed by more work requests
-// goes into the ring with them (one copy each way, but no system call per
-// Write: a burst of small Writes moves faster so); alone, it is placed
-// directly (no wait for the peer's receiver).
-const directBurstMin = 8 << 10
+// directMax: the largest Write placed directly, and only when no work
+// request follows it. A lone small Write is the case the rings serve badly
+// (the peer's receiver sleeps until woken, ~20 µs, where the Write's
+// target polls its memory); in a stream, and for large Writes, the rings
+// move more (bench/README.md: the copy into the ring and the copy out of it
+// run on two cores, where process_vm_writev pins pages on one).
+const directMax = 16 << 10
 
-// mayPlace: a Write or Read may be done by direct placement on a same-host
+// mayPlace: a Write may be done by direct placement on a same-host
 // connection (shmdirect.go) as far as this side goes: every earlier
 // message is out of the batch and no Read or Atomic is outstanding.
 func (t *txState) mayPlace(nord int) bool {
@@ -1047,10 +1043,10 @@ func (t *txState) mayPlace(nord int) bool {
 }
 
 // placedDirect completes the work request of m, done by direct placement.
-func (t *txState) placedDirect(m *txMsg, n uint32) {
+func (t *txState) placedDirect(m *txMsg) {
 	m.release()
 	t.free = append(t.free, m)
-	t.e.completeSend(m.idx, verbs.WCSuccess, n)
+	t.e.completeSend(m.idx, verbs.WCSuccess, uint32(m.total))
 }
 
 // frameSegment appends the next FPDU of m to the batch. It frames piecewise
