@@ -10,7 +10,8 @@ performance issue sets targets for; writes all samples and ratios as JSON
 (default bench/results/compare-<date>.json).
 
 goiwarp runs unmodified perftest (-R, rdma_cm) through LD_PRELOAD over
-127.0.0.1 on giw_lo. References, same machine, same run:
+127.0.0.1 on giw_lo, over TCP (GOIWARP_SHM=0: this is the TCP data path; the
+same-host path has bench/shm.py). References, same machine, same run:
   iperf3 (single stream, -l SIZE; -P 4 for the 4-QP rows), qperf tcp_lat,
   ucx_perftest ucp_am_lat with UCX_TLS=tcp,self (UCX over TCP, busy-polling).
 Scale and idle cost come from bench/qpscale (built with the tree), CPU per GiB
@@ -334,6 +335,7 @@ def write_json(kind, a, summary, checks, errors):
 
 
 def main():
+    os.environ["GOIWARP_SHM"] = "0"
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "_build"))
     ap.add_argument("--runs", type=int, default=3)
