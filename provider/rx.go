@@ -46,6 +46,10 @@ type rxReader struct {
 	mkn    int
 	iov    [2]unix.Iovec
 	nread  uint64 // bytes read from the socket, ever
+	// finSeen: the shm reader saw the TCP stream end; finLeft bytes of
+	// the ring were still to read then.
+	finSeen bool
+	finLeft int
 	// owing: a Read or Atomic Response was queued and not yet handed to
 	// the transmitter; pay does that, before the next read from the socket
 	// and when the receive machine stops, so that the responses to all the
@@ -67,6 +71,10 @@ const rxBufSize = 4096
 var (
 	errAgain = errors.New("goiwarp: socket empty")
 	errDead  = errors.New("goiwarp: endpoint down")
+	// errShmCorrupt: the peer wrote impossible positions into the header
+	// of the ring we read (shmring.Ring.Corrupt); the stream is lost.
+	errShmCorrupt = &wire.Error{Layer: wire.LayerRDMAP, Type: wire.RDMAPErrLocalCatastrophic,
+		Code: wire.RDMAPCodeLocalCatastrophic, Reason: "the peer corrupted the shared-memory ring"}
 	// errRNRWait: a Send or Immediate Data found no receive buffer; the
 	// receive path stops reading and waits for one (bounded by the RNR
 	// timeout).
@@ -78,9 +86,27 @@ var (
 func (rd *rxReader) sys(p []byte) (int, error) {
 	rd.settle()
 	if l := rd.shm; l != nil {
+		if l.in.Corrupt() {
+			return 0, errShmCorrupt
+		}
+		if l.tcpDone.Load() {
+			// The peer closed: all it wrote before is in the ring now.
+			// A peer that goes on writing (or its ring does) is not read
+			// beyond that, so the stream ends (loopShm).
+			if !rd.finSeen {
+				rd.finSeen, rd.finLeft = true, l.in.Buffered()
+			}
+			if rd.finLeft == 0 {
+				return 0, errAgain
+			}
+			p = p[:min(len(p), rd.finLeft)]
+		}
 		n := l.in.Read(p)
 		if n == 0 {
 			return 0, errAgain
+		}
+		if rd.finSeen {
+			rd.finLeft -= n
 		}
 		l.readIn()
 		rd.nread += uint64(n)
@@ -672,6 +698,8 @@ func (rx *rxState) ioErr(err error, hl int) (*termInfo, error) {
 		return rx.termFor(wire.ErrMPAMarker, hl)
 	case unix.EFAULT:
 		return rx.memFault()
+	case errShmCorrupt:
+		return rx.termFor(errShmCorrupt, hl)
 	}
 	return nil, err
 }
@@ -803,7 +831,7 @@ func (rx *rxState) step() (*termInfo, error) {
 			rx.phase, rx.tgot = phCRC, 0
 		case phCRC:
 			if err := rd.rawFill(rx.tr[4:8], &rx.tgot); err != nil {
-				return nil, err
+				return rx.ioErr(err, rx.hl)
 			}
 			rd.pos += 4
 			rx.phase, rx.hgot = phHdr, 0

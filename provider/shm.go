@@ -489,6 +489,9 @@ func (l *shmLink) waitRoom(e *Endpoint) bool {
 		if !l.out.SleepWriter(1) {
 			return true
 		}
+		if l.out.Corrupt() {
+			return false // the peer scribbled on the positions: no room ever
+		}
 		_ = l.outRoom.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 		_, _ = l.outRoom.Read(l.roomBuf)
 		if e.gone.Load() {

@@ -79,6 +79,20 @@ const AuxWords = 8
 // reads, for the caller's own use (the ring gives it no meaning).
 func (r *Ring) Aux(i int) *atomic.Uint64 { return &r.aux[i] }
 
+// Corrupt reports a header no honest pair of producer and consumer can
+// leave: the producer's position behind the consumer's, or more than Cap
+// ahead of it. Either side may ask: its own position is stable and the
+// other's only moves towards it (the producer's up to Cap ahead of a
+// consumer position it read), so a true answer is the peer's doing (it
+// scribbled on the shared memory), never a race. Read and Write stay
+// within the data area regardless (a corrupt header reads as Cap bytes
+// buffered: stale data for the consumer, no room for the producer), but
+// neither makes sense of it: the caller should give the ring up.
+func (r *Ring) Corrupt() bool {
+	h := r.head.Load()
+	return r.tail.Load()-h > uint64(len(r.data))
+}
+
 // Free is what the producer may write now.
 func (r *Ring) Free() int { return len(r.data) - r.Buffered() }
 

@@ -130,3 +130,50 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	require.True(t, bytes.Equal(src, got.Bytes()))
 }
+
+// A peer that scribbles on the header (the memory is mapped read-write by
+// both processes) makes Corrupt true; Read and Write never move more than
+// Cap bytes nor touch memory outside the data area whatever it wrote.
+func TestCorruptHeader(t *testing.T) {
+	const n = 64
+	for _, tc := range []struct {
+		name       string
+		head, tail uint64
+		corrupt    bool
+	}{
+		{"empty", 100, 100, false},
+		{"full", 100, 100 + n, false},
+		{"tail-far-ahead", 100, 100 + 10*n, true},
+		{"tail-one-past-full", 100, 100 + n + 1, true},
+		{"tail-behind-head", 100, 99, true},
+		{"head-beyond-tail", 1 << 40, 5, true},
+		{"head-wrapped", ^uint64(0) - 3, 10, false}, // positions wrap: 14 bytes buffered
+		{"tail-max", 0, ^uint64(0), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := make([]uint64, (Size(n)+8*8)/8) // a guard after the ring
+			b := unsafe.Slice((*byte)(unsafe.Pointer(&mem[0])), Size(n)+64)
+			for i := range b {
+				b[i] = 0xc5
+			}
+			r, err := New(b[:Size(n)])
+			require.NoError(t, err)
+			r.head.Store(tc.head)
+			r.tail.Store(tc.tail)
+			require.Equal(t, tc.corrupt, r.Corrupt())
+			require.LessOrEqual(t, r.Buffered(), n)
+			require.GreaterOrEqual(t, r.Free(), 0)
+			p := make([]byte, 10*n)
+			got := r.Read(p)
+			require.LessOrEqual(t, got, n, "read more than the ring holds")
+			require.Equal(t, tc.head+uint64(got), r.head.Load())
+			r.head.Store(tc.head)
+			w := r.Write(bytes.Repeat([]byte{1}, 10*n))
+			require.LessOrEqual(t, w, n, "wrote more than the ring holds")
+			if tc.corrupt {
+				require.Zero(t, w, "a corrupt ring has no room")
+			}
+			require.Equal(t, bytes.Repeat([]byte{0xc5}, 64), b[Size(n):], "guard after the ring written")
+		})
+	}
+}
