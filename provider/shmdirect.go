@@ -123,7 +123,9 @@ func (l *shmLink) placed(pos uint64) { l.in.Aux(auxPlaced).Store(pos) }
 // directTarget is the target QP's PD when a direct Write may run now:
 // the peer processed all we sent and accepts placements.
 func (l *shmLink) directTarget() (uint32, bool) {
-	if l.dir.table == nil || l.dir.off.Load() {
+	// tcpDone: the peer may be gone, and its pid with it (the kernel
+	// resets a dying process's connections before its pid can be reused).
+	if l.dir.table == nil || l.dir.off.Load() || l.tcpDone.Load() {
 		return 0, false
 	}
 	t := l.out.Aux(auxTarget).Load()
