@@ -6,6 +6,7 @@ import (
 
 	"github.com/goiwarp/goiwarp/verbs"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // Pollers of a quiet connection stop reading its socket after pollIdleLimit
@@ -60,4 +61,62 @@ func TestQuietPollerReadsForDueResponse(t *testing.T) {
 	// read a late byte of the set-up meanwhile (0); returning early leaves
 	// the count alone.
 	require.NotEqual(t, uint32(pollIdleLimit), rx.idlePolls.Load(), "the poller read the socket")
+}
+
+// A poller that reads a message mutes the socket (SO_RCVLOWAT up: what
+// arrives wakes no thread while pollers read); pollIdleLimit empty reads,
+// or pollers that stop coming, unmute it, and what arrives then is read by
+// the RX goroutine.
+func TestPolledSocketMuted(t *testing.T) {
+	for _, how := range []string{"pollers-stop", "idle-limit"} {
+		t.Run(how, func(t *testing.T) {
+			p := connectPair(t, tcpPair())
+			b, mr := p.srv.mem(4096, 0)
+			cb, cmr := p.cli.mem(4096, 0)
+			rx := p.srv.ep.rx.Load()
+			muted := func() bool { rx.tok.Lock(); defer rx.tok.Unlock(); return rx.muted }
+			lowat := func() int {
+				var v int
+				_ = p.srv.ep.rc.Control(func(fd uintptr) {
+					v, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT)
+				})
+				return v
+			}
+			exchange := func(wrid uint64, poll bool) {
+				p.srv.postRecv(rqe(wrid, sge(mr, b, 0, 64)))
+				p.cli.postSend(sqe(wrid, verbs.WRSend, 0, sge(cmr, cb, 0, 64)))
+				var c verbs.CQE
+				if poll {
+					deadline := time.Now().Add(5 * time.Second)
+					for cqEmpty(p.srv.rcq) {
+						require.True(t, time.Now().Before(deadline), "no completion")
+						p.srv.rcq.Progress()
+					}
+					c = pollCQ(t, p.srv.rcq, time.Second)
+				} else {
+					c = pollCQ(t, p.srv.rcq, 5*time.Second) // never calls Progress
+				}
+				require.EqualValues(t, verbs.WCSuccess, c.Status)
+				require.Equal(t, wrid, c.WRID)
+			}
+			// The RX goroutine may read first now and then: a poller
+			// that keeps polling reads one of the messages.
+			for i := 1; !muted(); i++ {
+				require.Less(t, i, 1000, "a poller never read a message")
+				exchange(uint64(i), true)
+			}
+			require.Greater(t, lowat(), 1)
+			if how == "idle-limit" {
+				for i := 0; muted(); i++ {
+					require.Less(t, i, 100*pollIdleLimit, "never unmuted")
+					p.srv.rcq.Progress()
+				}
+			} else {
+				require.Eventually(t, func() bool { return !muted() }, 5*time.Second, time.Millisecond,
+					"pollers stopped and the socket stayed muted")
+			}
+			require.Equal(t, 1, lowat())
+			exchange(5000, false)
+		})
+	}
 }

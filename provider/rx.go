@@ -329,6 +329,7 @@ type rxState struct {
 	termCtrl   wire.TermControl
 
 	ctl  func(fd uintptr) // bound once: the poller's body under RawConn.Control
+	loud func(fd uintptr) // bound once: setMuted(fd, false)
 	prog bool             // result of ctl
 
 	// Receiver not ready: the current FPDU's header is parsed and it needs
@@ -347,7 +348,30 @@ type rxState struct {
 	// unless a Read or Atomic Response is due, until the RX goroutine,
 	// woken by the netpoller, reads something.
 	idlePolls atomic.Uint32
+
+	// muted: pollers are reading the socket, and its SO_RCVLOWAT is raised
+	// so that what arrives meanwhile wakes no thread. Otherwise every
+	// segment wakes the Go netpoller's thread out of epoll_wait, and on a
+	// machine whose cores the polling threads keep busy that thread takes
+	// one of them from a poller (bench/README.md: scheduler trace of
+	// ib_send_lat). A poller that finds data mutes it; pollIdleLimit
+	// empty reads in a row, or a watch period in which no poller came
+	// (the application went to sleep on a completion channel), lower the
+	// mark again, which signals what is queued. Token-owned.
+	muted bool
+	// polls counts pollers' visits; watchPolls is its value when the RX
+	// goroutine's watch began.
+	polls      atomic.Uint64
+	watchPolls uint64
 }
+
+// mutedLowat is SO_RCVLOWAT while muted: more than a poller lets pile up
+// between two reads (the kernel caps it at half the largest buffer).
+const mutedLowat = 1 << 20
+
+// mutedWatch is how often the RX goroutine checks that pollers still come
+// while the socket is muted: the longest a message waits when they stop.
+const mutedWatch = time.Millisecond
 
 // pollIdleLimit is how many empty reads in a row a QP's pollers make before
 // they leave the socket to the netpoller: a few hundred microseconds of
@@ -361,7 +385,13 @@ func (e *Endpoint) startRX() {
 		rx.rnrTimeout = e.pol.RNRTimeout
 	}
 	rx.rd = rxReader{buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx, pay: e.tx.wake, shm: e.shm}
-	rx.ctl = func(fd uintptr) { rx.prog = rx.pump(fd) }
+	rx.ctl = func(fd uintptr) {
+		rx.prog = rx.pump(fd)
+		if rx.prog && !rx.muted && !rx.ended {
+			rx.setMuted(fd, true)
+		}
+	}
+	rx.loud = func(fd uintptr) { rx.setMuted(fd, false) }
 	e.rx.Store(rx)
 	if e.shm != nil {
 		if e.pd != nil {
@@ -448,11 +478,12 @@ func (e *Endpoint) Progress() bool {
 		return did
 	}
 	rx.prog = false
+	rx.polls.Add(1)
 	_ = e.rc.Control(rx.ctl)
 	if rx.prog {
 		rx.idlePolls.Store(0)
-	} else {
-		rx.idlePolls.Add(1)
+	} else if rx.idlePolls.Add(1) == pollIdleLimit && rx.muted {
+		_ = e.rc.Control(rx.loud) // the netpoller takes over
 	}
 	did, ended := did || rx.prog, rx.ended
 	rnr := rx.rnrWait && !ended
@@ -465,6 +496,40 @@ func (e *Endpoint) Progress() bool {
 		_ = e.c.SetReadDeadline(time.Now())
 	}
 	return did
+}
+
+// setMuted raises or lowers the socket's SO_RCVLOWAT (see muted); lowering
+// it signals readiness for what is queued, so the netpoller sees it.
+func (rx *rxState) setMuted(fd uintptr, on bool) {
+	lowat := 1
+	if on {
+		lowat = mutedLowat
+	}
+	if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, lowat) != nil {
+		return
+	}
+	rx.muted = on
+	if on {
+		rx.armLocked()
+	}
+}
+
+// armLocked sets the read deadline the RX goroutine waits with: the muted
+// socket's watch, or none; fail's bound stays (token held).
+func (rx *rxState) armLocked() {
+	e := rx.e
+	if e.dead.Load() {
+		return
+	}
+	if rx.muted {
+		rx.watchPolls = rx.polls.Load()
+		_ = e.c.SetReadDeadline(time.Now().Add(mutedWatch))
+	} else {
+		_ = e.c.SetReadDeadline(time.Time{})
+	}
+	if e.dead.Load() {
+		_ = e.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	}
 }
 
 // progressShm is Progress on a same-host connection: looking at the ring
@@ -582,17 +647,21 @@ func (rx *rxState) loop() {
 			rx.waitRecv(since)
 			continue
 		}
-		if err != nil && !ended && rx.rnrKick.Swap(false) && errors.Is(err, os.ErrDeadlineExceeded) {
-			// A poller's wake-up (see Progress), not the end of the stream.
+		if err != nil && !ended && !e.dead.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+			// A poller's wake-up (see Progress) or the muted socket's
+			// watch, not the end of the stream (fail's bound comes with
+			// dead, the end of the stream with rx.ended).
+			rx.rnrKick.Store(false)
 			rx.tok.Lock()
 			over := rx.ended
-			rx.tok.Unlock()
-			if !over && !e.dead.Load() {
-				_ = e.c.SetReadDeadline(time.Time{})
-				if e.dead.Load() {
-					// fail bounded the reads meanwhile: keep a bound.
-					_ = e.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if !over {
+				if rx.muted && rx.polls.Load() == rx.watchPolls {
+					_ = e.rc.Control(rx.loud) // pollers went away
 				}
+				rx.armLocked()
+			}
+			rx.tok.Unlock()
+			if !over {
 				continue
 			}
 		}
