@@ -365,9 +365,12 @@ type rxState struct {
 	watchPolls uint64
 }
 
-// mutedLowat is SO_RCVLOWAT while muted: more than a poller lets pile up
-// between two reads (the kernel caps it at half the largest buffer).
-const mutedLowat = 1 << 20
+// mutedLowat is SO_RCVLOWAT while muted: more than the small messages of a
+// latency-bound exchange (a bulk stream wakes the netpoller now and then,
+// as before), and small enough that the kernel neither grows the receive
+// buffer nor clamps the window to it (it does both for a mark whose window
+// the buffer cannot hold: tcp_set_rcvlowat).
+const mutedLowat = 32 << 10
 
 // mutedWatch is how often the RX goroutine checks that pollers still come
 // while the socket is muted: the longest a message waits when they stop.
