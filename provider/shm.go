@@ -38,6 +38,8 @@ import (
 //     its own connection and that the peer runs as its user (SO_PEERCRED);
 //  3. the initiator sends a sealed memfd holding the two rings and the four
 //     eventfds that wake a sleeping reader or writer of either ring;
+//     both messages also carry the sender's pid and its published MR table
+//     (verbs/mrpub.go), for direct placement (shmdirect.go);
 //  4. the responder maps them and commits (one byte) before its MPA reply;
 //     the initiator uses the rings only if that commit came and the reply
 //     was an accept.
