@@ -217,10 +217,15 @@ func newCMLessMgr() *cmlessMgr {
 }
 
 // connPolicy is the environment's with MPA revision 2 (these connections
-// are goiwarp to goiwarp): its IRD/ORD header carries the limits.
+// are goiwarp to goiwarp): its IRD/ORD header carries the limits. The
+// responder transmits at once: the hold is for initiators that read past
+// their MPA reply (siw), and a goiwarp initiator reads the reply exactly;
+// held, a server QP that only sends (ib_write_bw's client is one when the
+// order of the QPNs makes it the responder) would wait the whole hold.
 func (m *cmlessMgr) connPolicy() Policy {
 	p := m.policy()
 	p.Revision = 2
+	p.ResponderHold = 0
 	p.cmless = true
 	return p
 }

@@ -470,3 +470,15 @@ func TestCMLessCancel(t *testing.T) {
 		p.mu.Unlock()
 	})
 }
+
+// CM-less connections are goiwarp to goiwarp: revision 2, and a responder
+// that transmits at once (its peer reads the MPA reply exactly), so a QP
+// that only sends does not wait out GOIWARP_RESPONDER_HOLD.
+func TestCMLessConnPolicy(t *testing.T) {
+	t.Setenv("GOIWARP_MPA_REV", "1")
+	t.Setenv("GOIWARP_RESPONDER_HOLD", "5s")
+	p := newCMLessMgr().connPolicy()
+	require.Equal(t, 2, p.Revision)
+	require.Zero(t, p.ResponderHold)
+	require.True(t, p.cmless)
+}
