@@ -184,7 +184,7 @@ func TestTransmitFaultAfterProbe(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				pol := DefaultPolicy()
 				pol.CRC = crc
-				pol.ShmRingOnly = true // the Write goes in batches, also on one host
+				pol.ShmDirect = false // the Write goes in batches, also on one host
 				p := connectPair(t, pairOpts{cliPol: pol, srvPol: pol})
 				c, s := p.cli, p.srv
 				const n = 4 << 20 // more than one batch (batchBytes)

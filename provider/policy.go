@@ -92,11 +92,11 @@ type Policy struct {
 	// makes.
 	QPLinger time.Duration
 	cmless   bool
-	// SHM, ShmRing and ShmRingOnly: see GOIWARP_SHM, GOIWARP_SHM_RING and
-	// GOIWARP_SHM_DIRECT (0: ShmRingOnly).
-	SHM         ShmMode
-	ShmRing     int
-	ShmRingOnly bool
+	// SHM, ShmRing and ShmDirect: see GOIWARP_SHM, GOIWARP_SHM_RING and
+	// GOIWARP_SHM_DIRECT.
+	SHM       ShmMode
+	ShmRing   int
+	ShmDirect bool
 }
 
 // ShmMode is GOIWARP_SHM.
@@ -159,7 +159,7 @@ func DefaultPolicy() Policy {
 	return Policy{Revision: 2, RTR: rtrWrite | rtrRead, Timeout: 10 * time.Second, MaxPrivData: 256,
 		RNRTimeout: DefaultRNRTimeout, RefusedRetry: DefaultRefusedRetry, ResponderHold: DefaultResponderHold,
 		QPPortBase: DefaultQPPortBase, QPConnectTimeout: DefaultQPConnectTimeout, QPLinger: DefaultQPLinger,
-		SHM: defaultShm, ShmRing: DefaultShmRing}
+		SHM: defaultShm, ShmRing: DefaultShmRing, ShmDirect: true}
 }
 
 // defaultShm is GOIWARP_SHM's default: the fast path where it is permitted
@@ -315,17 +315,7 @@ func PolicyFromEnv() Policy {
 		}
 		return true
 	})
-	env("GOIWARP_SHM_DIRECT", func(v string) bool {
-		switch v {
-		case "0", "off", "no", "false":
-			p.ShmRingOnly = true
-		case "1", "on", "yes", "true":
-			p.ShmRingOnly = false
-		default:
-			return false
-		}
-		return true
-	})
+	env("GOIWARP_SHM_DIRECT", flag(&p.ShmDirect))
 	env("GOIWARP_SHM_RING", func(v string) bool {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < minShmRing || n > maxShmRing || n&(n-1) != 0 {

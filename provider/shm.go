@@ -133,7 +133,7 @@ func offerShm(pol *Policy, c *net.TCPConn, timeout time.Duration) *shmOffer {
 				l, err := o.serve(c, pol.ShmRing, time.Now().Add(timeout))
 				if err != nil {
 					Debugf("shm %v -> %v: %v; staying on TCP", c.LocalAddr(), c.RemoteAddr(), err)
-				} else if pol.ShmRingOnly {
+				} else if !pol.ShmDirect {
 					l.dir.off.Store(true)
 				}
 				o.done <- l
@@ -226,7 +226,7 @@ func answerShm(pol *Policy, c *net.TCPConn) *shmLink {
 	l, err := answer(c, time.Now().Add(pol.Timeout))
 	if err != nil {
 		Debugf("shm %v <- %v: %v; staying on TCP", c.LocalAddr(), c.RemoteAddr(), err)
-	} else if pol.ShmRingOnly {
+	} else if !pol.ShmDirect {
 		l.dir.off.Store(true)
 	}
 	return l

@@ -177,7 +177,7 @@ func TestShmRingOnly(t *testing.T) {
 	t.Setenv("GOIWARP_SHM_DIRECT", "0")
 	pol := PolicyFromEnv()
 	pol.SHM = ShmOn
-	require.True(t, pol.ShmRingOnly)
+	require.False(t, pol.ShmDirect)
 	p := connectPair(t, pairOpts{cliPol: pol, srvPol: pol})
 	sendWriteRead(t, p)
 	require.Zero(t, directOps(p))
