@@ -338,12 +338,7 @@ func TestHostilePeer(t *testing.T) {
 					require.EqualValues(t, verbs.WCWRFlushErr, c.Status)
 				}
 			}
-			// Work posted now is flushed.
-			s.postSend(sqe(5, verbs.WRSend, verbs.SendSignaled, verbs.SGE{Addr: sendBuf.addr(0), Length: 8, LKey: sendBuf.mr.STag}))
-			flushed(t, s.scq, 5)
-			s.postRecv(rqe(6, verbs.SGE{Addr: recvBuf.addr(0), Length: 8, LKey: recvBuf.mr.STag}))
-			flushed(t, s.rcq, 6)
-			require.Equal(t, tc.async, asyncEvent(t, s.ctx, 2*time.Second), "async event")
+			requireNewWorkFlushed(t, s, sendBuf, recvBuf, tc.async)
 			for _, m := range []*canaryMem{e.mem, e.other, e.ro, recvBuf, sendBuf} {
 				m.check(t, tc.written && m == e.mem || tc.recvWritten && m == recvBuf)
 			}
@@ -489,4 +484,15 @@ func TestTerminateBeforeErrorCompletion(t *testing.T) {
 			require.NotNil(t, h.terminate())
 		})
 	}
+}
+
+// requireNewWorkFlushed checks a side whose QP a hostile peer took down:
+// work posted now is flushed, and the QP's async event was async.
+func requireNewWorkFlushed(t *testing.T, s *side, sendBuf, recvBuf *canaryMem, async int) {
+	t.Helper()
+	s.postSend(sqe(5, verbs.WRSend, verbs.SendSignaled, verbs.SGE{Addr: sendBuf.addr(0), Length: 8, LKey: sendBuf.mr.STag}))
+	flushed(t, s.scq, 5)
+	s.postRecv(rqe(6, verbs.SGE{Addr: recvBuf.addr(0), Length: 8, LKey: recvBuf.mr.STag}))
+	flushed(t, s.rcq, 6)
+	require.Equal(t, async, asyncEvent(t, s.ctx, 2*time.Second), "async event")
 }

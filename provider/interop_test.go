@@ -19,6 +19,25 @@ import (
 // (policy pol), whose application posts nsend 100-byte Sends as soon as it
 // is Established. It returns the initiator's socket, the MPA reply read.
 func acceptedResponder(t *testing.T, pol Policy, nsend int) (*side, *net.TCPConn) {
+	s, c, acc := dialResponder(t, pol)
+	sendMPARequest(t, c)
+	require.NoError(t, <-acc)
+	s.wait(Established, to)
+	buf, mr := s.mem(4096, 0)
+	for i := range nsend {
+		s.postSend(sqe(uint64(i), verbs.WRSend, verbs.SendSignaled, sge(mr, buf, 0, 100)))
+	}
+	_ = c.SetReadDeadline(time.Now().Add(to))
+	f, _, err := readMPAFrame(c, wire.MPAReply)
+	require.NoError(t, err)
+	require.False(t, f.Reject)
+	return s, c
+}
+
+// dialResponder listens with pol and connects a raw socket to it: the side
+// that accepts the connection (with IRD = ORD = 4) once an MPA request
+// comes, the initiator's socket, and where Accept's result arrives.
+func dialResponder(t *testing.T, pol Policy) (*side, *net.TCPConn, <-chan error) {
 	s := newSide(t)
 	tl, err := netListen()
 	require.NoError(t, err)
@@ -32,21 +51,15 @@ func acceptedResponder(t *testing.T, pol Policy, nsend int) (*side, *net.TCPConn
 	c, err := net.DialTCP("tcp", nil, ln.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
+	return s, c, acc
+}
+
+// sendMPARequest writes goiwarp's MPA v2 request (IRD = ORD = 4) to c.
+func sendMPARequest(t *testing.T, c *net.TCPConn) {
 	req := wire.MPAFields{Kind: wire.MPARequest, Enhanced: true, Revision: 2}
 	pd := wire.AppendMPAV2PrivateData(nil, wire.MPAV2Params{IRD: 4, ORD: 4}, nil)
-	_, err = c.Write(wire.AppendMPAFrame(nil, &req, pd))
+	_, err := c.Write(wire.AppendMPAFrame(nil, &req, pd))
 	require.NoError(t, err)
-	require.NoError(t, <-acc)
-	s.wait(Established, to)
-	buf, mr := s.mem(4096, 0)
-	for i := range nsend {
-		s.postSend(sqe(uint64(i), verbs.WRSend, verbs.SendSignaled, sge(mr, buf, 0, 100)))
-	}
-	_ = c.SetReadDeadline(time.Now().Add(to))
-	f, _, err := readMPAFrame(c, wire.MPAReply)
-	require.NoError(t, err)
-	require.False(t, f.Reject)
-	return s, c
 }
 
 // An MPA responder sends no FPDU before the initiator's first one (RFC 5044

@@ -3,7 +3,6 @@ package provider
 import (
 	"bytes"
 	"encoding/binary"
-	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -42,30 +41,15 @@ const (
 // newShmPeer connects a hand-made peer with rings of ring bytes to a
 // goiwarp responder and establishes it (an RTR through the ring).
 func newShmPeer(t *testing.T, ring int) *shmPeer {
-	s := newSide(t)
-	tl, err := netListen()
-	require.NoError(t, err)
 	pol := DefaultPolicy()
 	pol.SHM = ShmOn
-	acc := make(chan error, 1)
-	ln := listenPolicy(tl, func(r *Request) {
-		ep, err := r.Accept(s.qp, ConnParams{IRD: 4, ORD: 4}, s.cb)
-		s.ep = ep
-		acc <- err
-	}, pol)
-	t.Cleanup(ln.Close)
-	c, err := net.DialTCP("tcp", nil, ln.Addr())
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
+	s, c, acc := dialResponder(t, pol)
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 	ppol := pol
 	ppol.ShmRing = ring
 	o := offerShm(&ppol, c, to)
 	require.NotNil(t, o, "cannot offer shared memory")
-	req := wire.MPAFields{Kind: wire.MPARequest, Enhanced: true, Revision: 2}
-	pd := wire.AppendMPAV2PrivateData(nil, wire.MPAV2Params{IRD: 4, ORD: 4}, nil)
-	_, err = c.Write(wire.AppendMPAFrame(nil, &req, pd))
-	require.NoError(t, err)
+	sendMPARequest(t, c)
 	require.NoError(t, <-acc)
 	f, _, err := readMPAFrame(c, wire.MPAReply)
 	require.NoError(t, err)
@@ -337,12 +321,7 @@ func TestShmHostileRing(t *testing.T) {
 			} else {
 				require.EqualValues(t, verbs.WCWRFlushErr, c.Status)
 			}
-			// Work posted now is flushed.
-			s.postSend(sqe(5, verbs.WRSend, verbs.SendSignaled, verbs.SGE{Addr: sendBuf.addr(0), Length: 8, LKey: sendBuf.mr.STag}))
-			flushed(t, s.scq, 5)
-			s.postRecv(rqe(6, verbs.SGE{Addr: recvBuf.addr(0), Length: 8, LKey: recvBuf.mr.STag}))
-			flushed(t, s.rcq, 6)
-			require.Equal(t, tc.async, asyncEvent(t, s.ctx, 2*time.Second), "async event")
+			requireNewWorkFlushed(t, s, sendBuf, recvBuf, tc.async)
 			e.mem.check(t, tc.written)
 			recvBuf.check(t, tc.recvWritten)
 			sendBuf.check(t, false)
