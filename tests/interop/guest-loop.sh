@@ -25,6 +25,15 @@ if [ "${CAPTURE:-0}" = 1 ]; then
     i=0
     while [ $i -lt 50 ] && ! grep -q listening $S/tcpdump.log; do sleep 0.1; i=$((i + 1)); done
 fi
+# siw 6.1 reassembles an MPA trailer (pad and CRC) that arrives split over
+# two socket buffers wrongly: siw_get_trailer copies the second part over
+# the first, so with CRC on a valid FPDU fails its CRC check. Its debug
+# line for each trailer read ("expected E, available A") is the evidence
+# run.sh's quirk() looks for right before a "crc error".
+if [ "${TRAILER_DEBUG:-0}" = 1 ]; then
+    echo 'func siw_get_trailer +p' >/sys/kernel/debug/dynamic_debug/control ||
+        echo "[guest-loop] no dynamic debug for siw_get_trailer"
+fi
 echo GUEST-READY
 touch $S/ready
 n=1
@@ -32,7 +41,14 @@ while [ ! -f $S/quit ]; do
     if [ -f $S/jobs/$n.sh ]; then
         echo "[guest-loop] job $n"
         JOB=$S/jobs/$n sh $S/jobs/$n.sh >$S/jobs/$n.out 2>&1
-        echo $? >$S/jobs/$n.rc.tmp
+        rc=$?
+        # The kernel's words during the job: siw/iw_cm lines, and of the
+        # trailer debug only the two reads before each CRC error.
+        dmesg -c 2>/dev/null | awk '
+            /siw_get_trailer/ { t2 = t1; t1 = $0; next }
+            /crc error/ { if (t2 != "") print t2; if (t1 != "") print t1 }
+            /siw|iw_cm|rdma/ { print }' >$S/jobs/$n.kmsg
+        echo $rc >$S/jobs/$n.rc.tmp
         mv $S/jobs/$n.rc.tmp $S/jobs/$n.rc
         n=$((n + 1))
     else
