@@ -65,6 +65,10 @@ import (
 //	                      a lone small RDMA Write with process_vm_writev
 //	                      (shmdirect.go); 0 sends it through the rings as an
 //	                      FPDU.
+//	GOIWARP_RX_SPIN       how long the receive path goes on reading a TCP
+//	                      socket without blocking after it found data, while
+//	                      a CPU is free for it (rxspin.go); a Go duration or
+//	                      seconds (default 200us). 0: never spin.
 type Policy struct {
 	Revision    int  // 1 or 2
 	CRC         bool // set C in what we send
@@ -97,6 +101,8 @@ type Policy struct {
 	SHM       ShmMode
 	ShmRing   int
 	ShmDirect bool
+	// RxSpin: see GOIWARP_RX_SPIN.
+	RxSpin time.Duration
 }
 
 // ShmMode is GOIWARP_SHM.
@@ -125,6 +131,11 @@ const (
 	DefaultQPConnectTimeout = 30 * time.Second
 	DefaultQPLinger         = time.Second
 )
+
+// DefaultRxSpin is GOIWARP_RX_SPIN's default: several round trips of a
+// latency test on loopback, so the spinner stays on while messages keep
+// coming and stops soon after they end.
+const DefaultRxSpin = 200 * time.Microsecond
 
 // DefaultRNRTimeout is GOIWARP_RNR_TIMEOUT's default.
 const DefaultRNRTimeout = time.Second
@@ -159,7 +170,7 @@ func DefaultPolicy() Policy {
 	return Policy{Revision: 2, RTR: rtrWrite | rtrRead, Timeout: 10 * time.Second, MaxPrivData: 256,
 		RNRTimeout: DefaultRNRTimeout, RefusedRetry: DefaultRefusedRetry, ResponderHold: DefaultResponderHold,
 		QPPortBase: DefaultQPPortBase, QPConnectTimeout: DefaultQPConnectTimeout, QPLinger: DefaultQPLinger,
-		SHM: defaultShm, ShmRing: DefaultShmRing, ShmDirect: true}
+		SHM: defaultShm, ShmRing: DefaultShmRing, ShmDirect: true, RxSpin: DefaultRxSpin}
 }
 
 // defaultShm is GOIWARP_SHM's default: the fast path where it is permitted
@@ -316,6 +327,14 @@ func PolicyFromEnv() Policy {
 		return true
 	})
 	env("GOIWARP_SHM_DIRECT", flag(&p.ShmDirect))
+	env("GOIWARP_RX_SPIN", func(v string) bool {
+		d, ok := duration(v)
+		if !ok || d < 0 {
+			return false
+		}
+		p.RxSpin = d
+		return true
+	})
 	env("GOIWARP_SHM_RING", func(v string) bool {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < minShmRing || n > maxShmRing || n&(n-1) != 0 {

@@ -363,6 +363,9 @@ type rxState struct {
 	// goroutine's watch began.
 	polls      atomic.Uint64
 	watchPolls uint64
+	// spinCtl is the spinning RX goroutine's pump (rxspin.go): unlike a
+	// poller's, it leaves the socket's mark alone.
+	spinCtl func(fd uintptr)
 }
 
 // mutedLowat is SO_RCVLOWAT while muted: more than the small messages of a
@@ -395,6 +398,7 @@ func (e *Endpoint) startRX() {
 		}
 	}
 	rx.loud = func(fd uintptr) { rx.setMuted(fd, false) }
+	rx.spinCtl = func(fd uintptr) { rx.prog = rx.pump(fd) }
 	e.rx.Store(rx)
 	if e.shm != nil {
 		if e.pd != nil {
@@ -630,24 +634,34 @@ func (rx *rxState) loop() {
 	e := rx.e
 	defer close(e.rxDone)
 	ended := false
+	var window time.Duration
+	if e.pol != nil {
+		window = e.pol.RxSpin
+	}
 	for !ended {
-		var rnr bool
+		var rnr, spin bool
 		var since time.Time
 		err := e.rc.Read(func(fd uintptr) bool {
 			rx.tok.Lock()
-			if rx.pump(fd) {
+			got := rx.pump(fd)
+			if got {
 				rx.idlePolls.Store(0) // pollers read again
 			}
 			ended = rx.ended
 			rnr, since = rx.rnrWait && !ended, rx.rnrSince
 			rx.tok.Unlock()
-			return ended || rnr
+			spin = got && !ended && !rnr && spinAllowed(window)
+			return ended || rnr || spin
 		})
 		if err == nil && rnr {
 			// Stop reading (TCP back-pressure) until a receive is posted
 			// or the RNR timeout passes; the next pump retries (and
 			// Terminates once the time is up).
 			rx.waitRecv(since)
+			continue
+		}
+		if err == nil && spin {
+			rx.spin(window) // rxspin.go
 			continue
 		}
 		if err != nil && !ended && !e.dead.Load() && errors.Is(err, os.ErrDeadlineExceeded) {

@@ -1,0 +1,107 @@
+package provider
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Guarded spinning of the receive path.
+//
+// A program that waits outside goiwarp -- perftest's server asleep in its
+// own socket while its peer issues RDMA Reads, a target of Writes watching
+// its memory -- leaves every arrival to the RX goroutine, and waking it
+// through the netpoller costs a thread wake-up and a reschedule on the
+// receiving side: 20-30 µs per message on a 2-vCPU VM, where a thread that
+// is already running reads the same bytes in about one. So after it has
+// consumed data, one RX goroutine per process goes on reading its socket
+// without blocking until Policy.RxSpin passes with nothing new.
+//
+// Spinning pays only where a CPU is free. Beside application threads that
+// hold every CPU (both sides of ib_write_lat on two cores) the spinner
+// keeps a thread off its CPU -- the very thread that would answer -- so
+// nothing arrives while it spins, or the kernel takes its CPU back. And
+// where the application polls a CQ of the QP, its poller receives. Each of
+// these outcomes (a spin that found nothing, a spinner descheduled, a
+// poller at the socket) stops spinning for spinBackoff, doubled at each such
+// outcome in a row up to spinBackoffMax, so the cost to such a program
+// stays a window now and then.
+
+// spinSlot is held by the one RX goroutine of the process that spins.
+var spinSlot atomic.Bool
+
+// spinRefusedUntil (UnixNano) is when spinning may be tried again;
+// spinFails counts fruitless spins in a row (the backoff's exponent).
+// Both belong to the slot's holder, atomics for spinAllowed's reads.
+var (
+	spinRefusedUntil atomic.Int64
+	spinFails        atomic.Uint32
+)
+
+const (
+	// spinPreempted is a gap between two of the spinner's reads that means
+	// the kernel gave its CPU to another task.
+	spinPreempted = 200 * time.Microsecond
+	spinBackoff   = 20 * time.Millisecond
+	// spinBackoffMax: 20 ms << 6.
+	spinBackoffMax = 6
+)
+
+// spinAllowed is the RX goroutine's cheap check, after it consumed data,
+// whether to leave the netpoller and spin.
+func spinAllowed(window time.Duration) bool {
+	return window > 0 && !spinSlot.Load() && time.Now().UnixNano() >= spinRefusedUntil.Load()
+}
+
+// spinFailed backs spinning off after a fruitless spin.
+func spinFailed(now time.Time) {
+	n := min(spinFails.Load(), spinBackoffMax)
+	spinFails.Store(n + 1)
+	spinRefusedUntil.Store(now.Add(spinBackoff << n).UnixNano())
+}
+
+// spin reads the socket without blocking until window has passed since it
+// last found data, a poller takes the token, or the stream ends or stops
+// for a receive buffer.
+func (rx *rxState) spin(window time.Duration) {
+	if !spinSlot.CompareAndSwap(false, true) {
+		return
+	}
+	defer spinSlot.Store(false)
+	e := rx.e
+	now := time.Now()
+	last, prev := now, now
+	found := false
+	for {
+		now = time.Now()
+		if now.Sub(prev) > spinPreempted {
+			spinFailed(now)
+			return
+		}
+		if now.Sub(last) > window {
+			if found {
+				spinFails.Store(0)
+			} else {
+				spinFailed(now)
+			}
+			return
+		}
+		prev = now
+		if !rx.tok.TryLock() {
+			// A poller reads the socket: the application's threads are
+			// there to receive, spinning only takes their CPU.
+			spinFailed(now)
+			return
+		}
+		rx.prog = false
+		_ = e.rc.Control(rx.spinCtl)
+		got, over := rx.prog, rx.ended || rx.rnrWait
+		rx.tok.Unlock()
+		if got {
+			rx.idlePolls.Store(0)
+			last, found = now, true
+		}
+		if over || e.dead.Load() {
+			return
+		}
+	}
+}
