@@ -80,8 +80,9 @@ def cpu_of(pid):
 class Pair:
     """A server and a client of one tool; returns the client's stdout."""
 
-    def __init__(self, env=None):
+    def __init__(self, env=None, tolerate=None):
         self.env = dict(os.environ, **(env or {}))
+        self.tolerate = tolerate  # out -> True: a client's non-zero exit that is not the measurement's
 
     def run(self, server, client, listen_port, timeout=120, measure_cpu=False):
         srv = subprocess.Popen(server, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -102,7 +103,7 @@ class Pair:
                     time.sleep(0.05)
                 cpu = sum(last.values())
             out, _ = cli.communicate(timeout=timeout)
-            if cli.returncode != 0:
+            if cli.returncode != 0 and not (self.tolerate and self.tolerate(out)):
                 raise RuntimeError("client exit %d: %s\n%s" % (cli.returncode, " ".join(client), out[-600:]))
             return out, cpu
         finally:
@@ -114,12 +115,17 @@ class Pair:
 
 
 # ---------------------------------------------------------------- tools
-def perftest(lib, prog, args, secs=None, measure_cpu=False):
+def perftest(lib, prog, args, secs=None, measure_cpu=False, cm=True):
+    """perftest through LD_PRELOAD; cm=False connects without librdmacm
+    (no -R: perftest's own socket exchange, ibv_modify_qp to RTS)."""
     p = port()
-    common = [prog, "-R", "-d", "giw_lo", "-F", "-p", str(p)] + args
+    common = [prog] + (["-R"] if cm else []) + ["-d", "giw_lo", "-F", "-p", str(p)] + args
     if secs:
         common += ["-D", str(secs)]
-    out, cpu = Pair({"LD_PRELOAD": lib}).run(common, common + [HOST], p, measure_cpu=measure_cpu)
+    # Without -R, ib_send_bw ends with perftest's own leak of its credit MR
+    # (EBUSY from ibv_dealloc_pd), after its table.
+    leak = None if cm else (lambda out: "Failed to deallocate PD" in out)
+    out, cpu = Pair({"LD_PRELOAD": lib}, leak).run(common, common + [HOST], p, measure_cpu=measure_cpu)
     lines = out.splitlines()
     for i, l in enumerate(lines):
         if "#bytes" in l and i + 1 < len(lines):
@@ -127,7 +133,8 @@ def perftest(lib, prog, args, secs=None, measure_cpu=False):
             break
     else:
         raise RuntimeError("no result table from %s:\n%s" % (prog, out[-600:]))
-    vals = [float(x) for x in row]
+    # A message on the client's stderr may be glued to the row's last figure.
+    vals = [float(m.group()) for m in (re.match(r"[0-9.]+", x) for x in row) if m]
     if "BW average" in hdr:
         # MB/sec in perftest is 2^20 bytes
         return {"gbps": vals[3] * 1048576 / 1e9, "mpps": vals[4], "cpu": cpu,
@@ -234,6 +241,16 @@ def measurements(a):
     for size in (2, 4096):
         add("qperf tcp_lat -m %d" % size, lambda size=size: qperf_lat(size, secs), "typical", "us", "low")
         add("ucx ucp_am_lat -s %d" % size, lambda size=size: ucx("ucp_am_lat", size, a.lat_iters), "typical", "us", "low")
+    # Issue 11: the same tests connected without librdmacm, against the -R
+    # rows above (the server of a test without -R waits in its own socket:
+    # its side of the data path runs on goiwarp's receive goroutine alone).
+    for prog in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
+        add("%s -s 65536 noR" % prog,
+            lambda prog=prog: perftest(lib, prog, ["-s", "65536"], secs, cm=False), "gbps", "GB/s", "high")
+    for prog in ("ib_send_lat", "ib_write_lat", "ib_read_lat"):
+        add("%s -s 2 noR typical" % prog,
+            lambda prog=prog: perftest(lib, prog, ["-s", "2", "-n", str(a.lat_iters)], cm=False), "typical", "us", "low")
+        M[-1]["p99"] = True
     add("ib_write_bw -s 8 rate", lambda: perftest(lib, "ib_write_bw", ["-s", "8"], secs), "mpps", "Mpps", "high")
     add("ib_send_bw -s 8 rate", lambda: perftest(lib, "ib_send_bw", ["-s", "8"], secs), "mpps", "Mpps", "high")
     add("ib_atomic_bw rate", lambda: perftest(lib, "ib_atomic_bw", [], secs), "mpps", "Mpps", "high")
@@ -271,6 +288,12 @@ RATIOS = [  # (label, numerator, denominator, target, better)
     ("ib_read_lat 2 B / UCX", "ib_read_lat -s 2 typical", "ucx ucp_am_lat -s 2", 2.0, "low"),
     ("ib_send_lat 2 B / qperf tcp_lat", "ib_send_lat -s 2 typical", "qperf tcp_lat -m 2", None, "low"),
     ("ib_send_lat 4 KiB / UCX", "ib_send_lat -s 4096 typical", "ucx ucp_am_lat -s 4096", None, "low"),
+    ("ib_write_bw 64 KiB without -R / -R", "ib_write_bw -s 65536 noR", "ib_write_bw -s 65536", 0.8, "high"),
+    ("ib_read_bw 64 KiB without -R / -R", "ib_read_bw -s 65536 noR", "ib_read_bw -s 65536", 0.8, "high"),
+    ("ib_send_bw 64 KiB without -R / -R", "ib_send_bw -s 65536 noR", "ib_send_bw -s 65536", 0.8, "high"),
+    ("ib_send_lat 2 B without -R / -R", "ib_send_lat -s 2 noR typical", "ib_send_lat -s 2 typical", 1.2, "low"),
+    ("ib_write_lat 2 B without -R / -R", "ib_write_lat -s 2 noR typical", "ib_write_lat -s 2 typical", 1.2, "low"),
+    ("ib_read_lat 2 B without -R / -R", "ib_read_lat -s 2 noR typical", "ib_read_lat -s 2 typical", 1.2, "low"),
     ("CPU per GiB / iperf3's", "ib_write_bw -s 65536 CPU s/GiB", "iperf3 -l 65536 CPU s/GiB", 1.5, "low"),
 ]
 

@@ -19,12 +19,12 @@ import (
 // Spinning pays only where a CPU is free. Beside application threads that
 // hold every CPU (both sides of ib_write_lat on two cores) the spinner
 // keeps a thread off its CPU -- the very thread that would answer -- so
-// nothing arrives while it spins, or the kernel takes its CPU back. And
-// where the application polls a CQ of the QP, its poller receives. Each of
-// these outcomes (a spin that found nothing, a spinner descheduled, a
-// poller at the socket) stops spinning for spinBackoff, doubled at each such
-// outcome in a row up to spinBackoffMax, so the cost to such a program
-// stays a window now and then.
+// nothing arrives while it spins. And where the application polls a CQ of
+// the QP, its poller receives. Either outcome (a spin that found nothing, a
+// poller at the socket) stops spinning for spinBackoff, doubled at each
+// such outcome in a row up to spinBackoffMax, so the cost to such a program
+// stays a window now and then. A spinner the kernel deschedules stops too,
+// backing off only if it had found nothing.
 
 // spinSlot is held by the one RX goroutine of the process that spins.
 var spinSlot atomic.Bool
@@ -73,11 +73,9 @@ func (rx *rxState) spin(window time.Duration) {
 	found := false
 	for {
 		now = time.Now()
-		if now.Sub(prev) > spinPreempted {
-			spinFailed(now)
-			return
-		}
-		if now.Sub(last) > window {
+		if now.Sub(prev) > spinPreempted || now.Sub(last) > window {
+			// Descheduled, or nothing more came: a spin that found data
+			// paid, one that found none held a CPU for nothing.
 			if found {
 				spinFails.Store(0)
 			} else {
