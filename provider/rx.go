@@ -366,6 +366,7 @@ type rxState struct {
 	// spinCtl is the spinning RX goroutine's pump (rxspin.go): unlike a
 	// poller's, it leaves the socket's mark alone.
 	spinCtl func(fd uintptr)
+	mute    func(fd uintptr)
 }
 
 // mutedLowat is SO_RCVLOWAT while muted: more than the small messages of a
@@ -399,6 +400,7 @@ func (e *Endpoint) startRX() {
 	}
 	rx.loud = func(fd uintptr) { rx.setMuted(fd, false) }
 	rx.spinCtl = func(fd uintptr) { rx.prog = rx.pump(fd) }
+	rx.mute = func(fd uintptr) { rx.setMuted(fd, true) }
 	e.rx.Store(rx)
 	if e.shm != nil {
 		if e.pd != nil {

@@ -66,8 +66,26 @@ func (rx *rxState) spin(window time.Duration) {
 	if !spinSlot.CompareAndSwap(false, true) {
 		return
 	}
-	defer spinSlot.Store(false)
 	e := rx.e
+	// Muted while it spins: what arrives wakes no netpoller thread (a
+	// third thread on cores the spinner and the peer hold); lowering the
+	// mark at the end signals what is left to the netpoller.
+	rx.tok.Lock()
+	muted := rx.muted
+	if !muted {
+		_ = e.rc.Control(rx.mute)
+	}
+	rx.tok.Unlock()
+	defer func() {
+		spinSlot.Store(false)
+		if !muted {
+			rx.tok.Lock()
+			if rx.muted && !rx.ended {
+				_ = e.rc.Control(rx.loud)
+			}
+			rx.tok.Unlock()
+		}
+	}()
 	now := time.Now()
 	last, prev := now, now
 	found := false
