@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """goiwarp against kernel TCP and UCX in one run (bench/compare.sh installs and builds first).
 
-usage: compare.py [--build DIR] [--runs N] [--secs S] [--only REGEX] [--json FILE] [--list]
+usage: compare.py [--build DIR] [--runs N] [--secs S] [--only REGEX] [--json FILE] [--list] [--shm]
 
 Every measurement is taken --runs times (default 3); rounds are interleaved --
 round 1 of everything, then round 2, ... -- so machine noise hits every tool
@@ -9,9 +9,10 @@ alike. Prints min/median/max per measurement and the ratios of medians the
 performance issue sets targets for; writes all samples and ratios as JSON
 (default bench/results/compare-<date>.json).
 
-goiwarp runs unmodified perftest (-R, rdma_cm) through LD_PRELOAD over
-127.0.0.1 on giw_lo, over TCP (GOIWARP_SHM=0: this is the TCP data path; the
-same-host path has bench/shm.py). References, same machine, same run:
+goiwarp runs unmodified perftest (-R, rdma_cm; the "noR" rows without -R)
+through LD_PRELOAD over 127.0.0.1 on giw_lo, over TCP (GOIWARP_SHM=0: this
+is the TCP data path; --shm takes the same-host path, which bench/shm.py
+compares with TCP). References, same machine, same run:
   iperf3 (single stream, -l SIZE; -P 4 for the 4-QP rows), qperf tcp_lat,
   ucx_perftest ucp_am_lat with UCX_TLS=tcp,self (UCX over TCP, busy-polling).
 Scale and idle cost come from bench/qpscale (built with the tree), CPU per GiB
@@ -358,7 +359,6 @@ def write_json(kind, a, summary, checks, errors):
 
 
 def main():
-    os.environ["GOIWARP_SHM"] = "0"
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "_build"))
     ap.add_argument("--runs", type=int, default=3)
@@ -368,7 +368,11 @@ def main():
     ap.add_argument("--only", help="regex: measurements to run")
     ap.add_argument("--json")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--shm", action="store_true",
+                    help="goiwarp's default same-host path (GOIWARP_SHM=auto) instead of TCP; for the "
+                         "goiwarp-only rows, e.g. the -R / without -R pairs (bench/shm.py compares it to TCP)")
     a = ap.parse_args()
+    os.environ["GOIWARP_SHM"] = "auto" if a.shm else "0"
     a.lib = os.path.join(os.path.abspath(a.build), "libgoiwarp.so")
     M = measurements(a)
     if a.only:

@@ -576,6 +576,10 @@ func (rx *rxState) loopShm() {
 	defer close(e.rxDone)
 	var polls, pollReads uint64
 	nap := false
+	var window time.Duration
+	if e.pol != nil {
+		window = e.pol.RxSpin
+	}
 	for {
 		done := l.tcpDone.Load() // before the pump: what preceded the FIN is in the ring
 		rx.tok.Lock()
@@ -605,6 +609,9 @@ func (rx *rxState) loopShm() {
 		case ended:
 		case rnr:
 			rx.waitRecv(since)
+			continue
+		case got && !done && spinAllowed(window):
+			rx.spin(window) // rxspin.go
 			continue
 		case nap && l.polls.Load() != polls:
 			polls = l.polls.Load()

@@ -14,7 +14,8 @@ import (
 // receiving side: 20-30 µs per message on a 2-vCPU VM, where a thread that
 // is already running reads the same bytes in about one. So after it has
 // consumed data, one RX goroutine per process goes on reading its socket
-// without blocking until Policy.RxSpin passes with nothing new.
+// without blocking -- or its same-host ring, where the wake-up is an
+// eventfd's -- until Policy.RxSpin passes with nothing new.
 //
 // Spinning pays only where a CPU is free. Beside application threads that
 // hold every CPU (both sides of ib_write_lat on two cores) the spinner
@@ -67,15 +68,20 @@ func (rx *rxState) spin(window time.Duration) {
 		return
 	}
 	e := rx.e
-	// Muted while it spins: what arrives wakes no netpoller thread (a
-	// third thread on cores the spinner and the peer hold); lowering the
-	// mark at the end signals what is left to the netpoller.
-	rx.tok.Lock()
-	muted := rx.muted
-	if !muted {
-		_ = e.rc.Control(rx.mute)
+	tcp := e.shm == nil
+	// A socket is muted while it spins: what arrives wakes no netpoller
+	// thread (a third thread on cores the spinner and the peer hold);
+	// lowering the mark at the end signals what is left to the netpoller.
+	// (A same-host ring costs nothing to look at and wakes nobody.)
+	muted := true
+	if tcp {
+		rx.tok.Lock()
+		muted = rx.muted
+		if !muted {
+			_ = e.rc.Control(rx.mute)
+		}
+		rx.tok.Unlock()
 	}
-	rx.tok.Unlock()
 	defer func() {
 		spinSlot.Store(false)
 		if !muted {
@@ -108,9 +114,17 @@ func (rx *rxState) spin(window time.Duration) {
 			spinFailed(now)
 			return
 		}
-		rx.prog = false
-		_ = e.rc.Control(rx.spinCtl)
-		got, over := rx.prog, rx.ended || rx.rnrWait
+		var got bool
+		switch {
+		case e.gone.Load(): // a hard Close: touch the ring no more
+		case tcp:
+			rx.prog = false
+			_ = e.rc.Control(rx.spinCtl)
+			got = rx.prog
+		default:
+			got = rx.pump(0)
+		}
+		over := rx.ended || rx.rnrWait || e.gone.Load()
 		rx.tok.Unlock()
 		if got {
 			rx.idlePolls.Store(0)

@@ -224,13 +224,20 @@ quirk() { # logprefix
   if [[ $dir == siw-server ]]; then
     # The capture: siw replied, our first FPDUs followed and siw never
     # answered (mpa_check.py --stalls), on a connection of this attempt.
-    local ports stalled p
+    # The guest's tcpdump lags: the packet that ends the silence (the FIN
+    # of the server's timeout) may reach the capture seconds after the
+    # attempt, so look again for a while before concluding.
+    local ports stalled p i
     ports=$(sed -n 's/.*: RTS 127\.0\.0\.1:\([0-9]*\) -> .*/\1/p' "$h")
-    stalled=$(for p in "$cdir"/share.*/guest.pcap; do python3 "$here/mpa_check.py" "$p" --stalls; done)
-    for p in $ports; do
-      if grep -qx "STALL $p" <<<"$stalled"; then
-        echo "siw 6.1 siw_accept() window: our first FPDU sat unread (capture, port $p)"; return
-      fi
+    for ((i = 0; i < 10; i++)); do
+      stalled=$(for p in "$cdir"/share.*/guest.pcap; do python3 "$here/mpa_check.py" "$p" --stalls; done)
+      for p in $ports; do
+        if grep -qx "STALL $p" <<<"$stalled"; then
+          echo "siw 6.1 siw_accept() window: our first FPDU sat unread (capture, port $p)"; return
+        fi
+      done
+      [[ -n $ports ]] || break
+      sleep 1
     done
   fi
   if grep -qE 'LOC_QP_OP_ERR|local QP operation error|status 2\b|status: 2\b' "$g"; then
