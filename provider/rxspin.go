@@ -60,9 +60,9 @@ func spinFailed(now time.Time) {
 	spinRefusedUntil.Store(now.Add(spinBackoff << n).UnixNano())
 }
 
-// spin reads the socket without blocking until window has passed since it
-// last found data, a poller takes the token, or the stream ends or stops
-// for a receive buffer.
+// spin reads the socket (or the same-host ring) without blocking until
+// window has passed since it last found data, a poller takes the token, or
+// the stream ends or stops for a receive buffer.
 func (rx *rxState) spin(window time.Duration) {
 	if !spinSlot.CompareAndSwap(false, true) {
 		return
