@@ -1042,8 +1042,16 @@ func (t *txState) mayPlace(nord int) bool {
 	return t.e.shm != nil && nord == 0 && t.queued == t.written && len(t.acts) == 0
 }
 
-// placedDirect completes the work request of m, done by direct placement.
+// placedDirect completes the work request of m, done by direct placement:
+// under wgate, as a write of the batch retires what it finished, so that a
+// failure starting meanwhile cannot flush a Write already in the peer's
+// memory.
 func (t *txState) placedDirect(m *txMsg) {
+	t.wgate.Lock()
+	defer t.wgate.Unlock()
+	if testAfterWrite != nil {
+		testAfterWrite(t.e)
+	}
 	m.release()
 	t.free = append(t.free, m)
 	t.e.completeSend(m.idx, verbs.WCSuccess, uint32(m.total))
@@ -1200,8 +1208,9 @@ func (t *txState) write() (wouldBlock bool, err error) {
 	return wouldBlock, nil
 }
 
-// testAfterWrite, when set (tests), runs after each writev that moved
-// bytes, before the messages it finished are retired.
+// testAfterWrite, when set (tests), runs after each writev (or ring write,
+// or direct placement) that moved bytes, before the messages it finished
+// are retired.
 var testAfterWrite func(e *Endpoint)
 
 // writeFD is write's part under the socket reference.
