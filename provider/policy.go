@@ -65,9 +65,11 @@ import (
 //	                      a lone small RDMA Write with process_vm_writev
 //	                      (shmdirect.go); 0 sends it through the rings as an
 //	                      FPDU.
-//	GOIWARP_RX_SPIN       how long the receive path goes on reading a TCP
-//	                      socket without blocking after it found data, while
-//	                      a CPU is free for it (rxspin.go); a Go duration or
+//	GOIWARP_RX_SPIN       how long the receive path goes on reading its
+//	                      socket (or same-host ring) without blocking after
+//	                      it found data no poller asked for, one connection
+//	                      per process at a time, backing off where that
+//	                      finds nothing (rxspin.go); a Go duration or
 //	                      seconds (default 200us). 0: never spin.
 type Policy struct {
 	Revision    int  // 1 or 2
@@ -213,6 +215,18 @@ func PolicyFromEnv() Policy {
 		}
 		return time.Duration(n * float64(time.Second)), true
 	}
+	// durationInto parses a duration into dst: positive, or also 0 where
+	// zeroOK (0 meaning none, or at once).
+	durationInto := func(dst *time.Duration, zeroOK bool) func(string) bool {
+		return func(v string) bool {
+			d, ok := duration(v)
+			if !ok || d < 0 || d == 0 && !zeroOK {
+				return false
+			}
+			*dst = d
+			return true
+		}
+	}
 	env("GOIWARP_MPA_REV", func(v string) bool {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 2 {
@@ -257,38 +271,10 @@ func PolicyFromEnv() Policy {
 		p.RTR = s
 		return true
 	})
-	env("GOIWARP_MPA_TIMEOUT", func(v string) bool {
-		d, ok := duration(v)
-		if !ok || d <= 0 {
-			return false
-		}
-		p.Timeout = d
-		return true
-	})
-	env("GOIWARP_RNR_TIMEOUT", func(v string) bool {
-		d, ok := duration(v)
-		if !ok || d < 0 {
-			return false
-		}
-		p.RNRTimeout = d
-		return true
-	})
-	env("GOIWARP_CONNECT_RETRY", func(v string) bool {
-		d, ok := duration(v)
-		if !ok || d < 0 {
-			return false
-		}
-		p.RefusedRetry = d
-		return true
-	})
-	env("GOIWARP_RESPONDER_HOLD", func(v string) bool {
-		d, ok := duration(v)
-		if !ok || d < 0 {
-			return false
-		}
-		p.ResponderHold = d
-		return true
-	})
+	env("GOIWARP_MPA_TIMEOUT", durationInto(&p.Timeout, false))
+	env("GOIWARP_RNR_TIMEOUT", durationInto(&p.RNRTimeout, true))
+	env("GOIWARP_CONNECT_RETRY", durationInto(&p.RefusedRetry, true))
+	env("GOIWARP_RESPONDER_HOLD", durationInto(&p.ResponderHold, true))
 	env("GOIWARP_QP_PORT_BASE", func(v string) bool {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n+qpnSlots > 65536 {
@@ -297,22 +283,8 @@ func PolicyFromEnv() Policy {
 		p.QPPortBase = n
 		return true
 	})
-	env("GOIWARP_QP_CONNECT_TIMEOUT", func(v string) bool {
-		d, ok := duration(v)
-		if !ok || d <= 0 {
-			return false
-		}
-		p.QPConnectTimeout = d
-		return true
-	})
-	env("GOIWARP_QP_LINGER", func(v string) bool {
-		d, ok := duration(v)
-		if !ok || d < 0 {
-			return false
-		}
-		p.QPLinger = d
-		return true
-	})
+	env("GOIWARP_QP_CONNECT_TIMEOUT", durationInto(&p.QPConnectTimeout, false))
+	env("GOIWARP_QP_LINGER", durationInto(&p.QPLinger, true))
 	env("GOIWARP_SHM", func(v string) bool {
 		switch v {
 		case "auto":
@@ -327,14 +299,7 @@ func PolicyFromEnv() Policy {
 		return true
 	})
 	env("GOIWARP_SHM_DIRECT", flag(&p.ShmDirect))
-	env("GOIWARP_RX_SPIN", func(v string) bool {
-		d, ok := duration(v)
-		if !ok || d < 0 {
-			return false
-		}
-		p.RxSpin = d
-		return true
-	})
+	env("GOIWARP_RX_SPIN", durationInto(&p.RxSpin, true))
 	env("GOIWARP_SHM_RING", func(v string) bool {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < minShmRing || n > maxShmRing || n&(n-1) != 0 {
