@@ -330,6 +330,7 @@ type rxState struct {
 
 	ctl  func(fd uintptr) // bound once: the poller's body under RawConn.Control
 	loud func(fd uintptr) // bound once: setMuted(fd, false)
+	mute func(fd uintptr) // bound once: setMuted(fd, true)
 	prog bool             // result of ctl
 
 	// Receiver not ready: the current FPDU's header is parsed and it needs
@@ -363,10 +364,7 @@ type rxState struct {
 	// goroutine's watch began.
 	polls      atomic.Uint64
 	watchPolls uint64
-	// spinCtl is the spinning RX goroutine's pump (rxspin.go): unlike a
-	// poller's, it leaves the socket's mark alone.
-	spinCtl func(fd uintptr)
-	mute    func(fd uintptr)
+	spinWindow time.Duration // Policy.RxSpin (rxspin.go)
 }
 
 // mutedLowat is SO_RCVLOWAT while muted: more than the small messages of a
@@ -389,7 +387,7 @@ const pollIdleLimit = 256
 func (e *Endpoint) startRX() {
 	rx := &rxState{e: e, msn: [5]uint32{1, 1, 1, 1, 1}, atomicMSN: 1, rnrTimeout: DefaultRNRTimeout}
 	if e.pol != nil {
-		rx.rnrTimeout = e.pol.RNRTimeout
+		rx.rnrTimeout, rx.spinWindow = e.pol.RNRTimeout, e.pol.RxSpin
 	}
 	rx.rd = rxReader{buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx, pay: e.tx.wake, shm: e.shm}
 	rx.ctl = func(fd uintptr) {
@@ -399,7 +397,6 @@ func (e *Endpoint) startRX() {
 		}
 	}
 	rx.loud = func(fd uintptr) { rx.setMuted(fd, false) }
-	rx.spinCtl = func(fd uintptr) { rx.prog = rx.pump(fd) }
 	rx.mute = func(fd uintptr) { rx.setMuted(fd, true) }
 	e.rx.Store(rx)
 	if e.shm != nil {
@@ -576,10 +573,6 @@ func (rx *rxState) loopShm() {
 	defer close(e.rxDone)
 	var polls, pollReads uint64
 	nap := false
-	var window time.Duration
-	if e.pol != nil {
-		window = e.pol.RxSpin
-	}
 	for {
 		done := l.tcpDone.Load() // before the pump: what preceded the FIN is in the ring
 		rx.tok.Lock()
@@ -610,8 +603,8 @@ func (rx *rxState) loopShm() {
 		case rnr:
 			rx.waitRecv(since)
 			continue
-		case got && !done && spinAllowed(window):
-			rx.spin(window) // rxspin.go
+		case got && !done && spinAllowed(rx.spinWindow):
+			rx.spin() // rxspin.go
 			continue
 		case nap && l.polls.Load() != polls:
 			polls = l.polls.Load()
@@ -643,10 +636,6 @@ func (rx *rxState) loop() {
 	e := rx.e
 	defer close(e.rxDone)
 	ended := false
-	var window time.Duration
-	if e.pol != nil {
-		window = e.pol.RxSpin
-	}
 	for !ended {
 		var rnr, spin bool
 		var since time.Time
@@ -659,7 +648,7 @@ func (rx *rxState) loop() {
 			ended = rx.ended
 			rnr, since = rx.rnrWait && !ended, rx.rnrSince
 			rx.tok.Unlock()
-			spin = got && !ended && !rnr && spinAllowed(window)
+			spin = got && !ended && !rnr && spinAllowed(rx.spinWindow)
 			return ended || rnr || spin
 		})
 		if err == nil && rnr {
@@ -670,7 +659,7 @@ func (rx *rxState) loop() {
 			continue
 		}
 		if err == nil && spin {
-			rx.spin(window) // rxspin.go
+			rx.spin() // rxspin.go
 			continue
 		}
 		if err != nil && !ended && !e.dead.Load() && errors.Is(err, os.ErrDeadlineExceeded) {

@@ -61,9 +61,9 @@ func spinFailed(now time.Time) {
 }
 
 // spin reads the socket (or the same-host ring) without blocking until
-// window has passed since it last found data, a poller takes the token, or
-// the stream ends or stops for a receive buffer.
-func (rx *rxState) spin(window time.Duration) {
+// rx.spinWindow has passed since it last found data, a poller takes the
+// token, or the stream ends or stops for a receive buffer.
+func (rx *rxState) spin() {
 	if !spinSlot.CompareAndSwap(false, true) {
 		return
 	}
@@ -72,19 +72,20 @@ func (rx *rxState) spin(window time.Duration) {
 	// A socket is muted while it spins: what arrives wakes no netpoller
 	// thread (a third thread on cores the spinner and the peer hold);
 	// lowering the mark at the end signals what is left to the netpoller.
-	// (A same-host ring costs nothing to look at and wakes nobody.)
-	muted := true
+	// (A same-host ring costs nothing to look at and wakes nobody.) The
+	// pump is the pollers' (rx.ctl), which mutes a socket that is not.
+	lower := false // the spinner raised the mark
 	if tcp {
 		rx.tok.Lock()
-		muted = rx.muted
-		if !muted {
+		if !rx.muted {
 			_ = e.rc.Control(rx.mute)
+			lower = true
 		}
 		rx.tok.Unlock()
 	}
 	defer func() {
 		spinSlot.Store(false)
-		if !muted {
+		if lower {
 			rx.tok.Lock()
 			if rx.muted && !rx.ended {
 				_ = e.rc.Control(rx.loud)
@@ -92,6 +93,7 @@ func (rx *rxState) spin(window time.Duration) {
 			rx.tok.Unlock()
 		}
 	}()
+	window := rx.spinWindow
 	now := time.Now()
 	last, prev := now, now
 	found := false
@@ -119,7 +121,7 @@ func (rx *rxState) spin(window time.Duration) {
 		case e.gone.Load(): // a hard Close: touch the ring no more
 		case tcp:
 			rx.prog = false
-			_ = e.rc.Control(rx.spinCtl)
+			_ = e.rc.Control(rx.ctl)
 			got = rx.prog
 		default:
 			got = rx.pump(0)
