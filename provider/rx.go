@@ -358,8 +358,10 @@ type rxState struct {
 	// ib_send_lat). A poller that finds data mutes it; pollIdleLimit
 	// empty reads in a row, or a watch period in which no poller came
 	// (the application went to sleep on a completion channel), lower the
-	// mark again, which signals what is queued. Token-owned.
-	muted bool
+	// mark again, which signals what is queued. Token-owned; mutedNow is
+	// its copy for the RX goroutine's look without the token.
+	muted    bool
+	mutedNow atomic.Bool
 	// polls counts pollers' visits; watchPolls is its value when the RX
 	// goroutine's watch began.
 	polls      atomic.Uint64
@@ -368,8 +370,8 @@ type rxState struct {
 }
 
 // mutedLowat is SO_RCVLOWAT while muted: more than the small messages of a
-// latency-bound exchange (a bulk stream wakes the netpoller now and then,
-// as before), and small enough that the kernel neither grows the receive
+// latency-bound exchange (a bulk stream still wakes the netpoller now and
+// then, and the RX goroutine goes back to sleep: see loop), and small enough that the kernel neither grows the receive
 // buffer nor clamps the window to it (it does both for a mark whose window
 // the buffer cannot hold: tcp_set_rcvlowat).
 const mutedLowat = 32 << 10
@@ -515,6 +517,7 @@ func (rx *rxState) setMuted(fd uintptr, on bool) {
 		return
 	}
 	rx.muted = on
+	rx.mutedNow.Store(on)
 	if on {
 		rx.armLocked()
 	}
@@ -640,6 +643,15 @@ func (rx *rxState) loop() {
 		var rnr, spin bool
 		var since time.Time
 		err := e.rc.Read(func(fd uintptr) bool {
+			if rx.mutedNow.Load() {
+				// Pollers are reading, and a bulk arrival crossed the
+				// mark: they drain it. Reading too would make a second
+				// reader of the socket, on a CPU the peer needs (on 2
+				// cores ib_read_bw's requester ran at 0.6x). The watch
+				// (armLocked) lowers the mark if they stop coming,
+				// which signals what is left to this goroutine.
+				return false
+			}
 			rx.tok.Lock()
 			got := rx.pump(fd)
 			if got {
