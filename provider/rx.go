@@ -371,9 +371,10 @@ type rxState struct {
 
 // mutedLowat is SO_RCVLOWAT while muted: more than the small messages of a
 // latency-bound exchange (a bulk stream still wakes the netpoller now and
-// then, and the RX goroutine goes back to sleep: see loop), and small enough that the kernel neither grows the receive
-// buffer nor clamps the window to it (it does both for a mark whose window
-// the buffer cannot hold: tcp_set_rcvlowat).
+// then, and the RX goroutine goes back to sleep: see loop), and small
+// enough that the kernel neither grows the receive buffer nor clamps the
+// window to it (it does both for a mark whose window the buffer cannot
+// hold: tcp_set_rcvlowat).
 const mutedLowat = 32 << 10
 
 // mutedWatch is how often the RX goroutine checks that pollers still come
