@@ -63,6 +63,20 @@ func TestQuietPollerReadsForDueResponse(t *testing.T) {
 	require.NotEqual(t, uint32(pollIdleLimit), rx.idlePolls.Load(), "the poller read the socket")
 }
 
+// awaitRecv waits for cq's next completion, as a poller (Progress) or as a
+// program that never polls the engine.
+func awaitRecv(t *testing.T, cq *verbs.CQ, poll bool) verbs.CQE {
+	if !poll {
+		return pollCQ(t, cq, 5*time.Second) // never calls Progress
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for cqEmpty(cq) {
+		require.True(t, time.Now().Before(deadline), "no completion")
+		cq.Progress()
+	}
+	return pollCQ(t, cq, time.Second)
+}
+
 // A poller that reads a message mutes the socket (SO_RCVLOWAT up: what
 // arrives wakes no thread while pollers read); pollIdleLimit empty reads,
 // or pollers that stop coming, unmute it, and what arrives then is read by
@@ -85,17 +99,7 @@ func TestPolledSocketMuted(t *testing.T) {
 			exchange := func(wrid uint64, poll bool) {
 				p.srv.postRecv(rqe(wrid, sge(mr, b, 0, 64)))
 				p.cli.postSend(sqe(wrid, verbs.WRSend, 0, sge(cmr, cb, 0, 64)))
-				var c verbs.CQE
-				if poll {
-					deadline := time.Now().Add(5 * time.Second)
-					for cqEmpty(p.srv.rcq) {
-						require.True(t, time.Now().Before(deadline), "no completion")
-						p.srv.rcq.Progress()
-					}
-					c = pollCQ(t, p.srv.rcq, time.Second)
-				} else {
-					c = pollCQ(t, p.srv.rcq, 5*time.Second) // never calls Progress
-				}
+				c := awaitRecv(t, p.srv.rcq, poll)
 				require.EqualValues(t, verbs.WCSuccess, c.Status)
 				require.Equal(t, wrid, c.WRID)
 			}
@@ -149,17 +153,7 @@ func TestMutedBulkArrival(t *testing.T) {
 			}
 			p.srv.postRecv(rqe(9000, sge(mr, b, 0, size)))
 			p.cli.postSend(sqe(9000, verbs.WRSend, 0, sge(cmr, cb, 0, size)))
-			var c verbs.CQE
-			if poll {
-				deadline := time.Now().Add(5 * time.Second)
-				for cqEmpty(p.srv.rcq) {
-					require.True(t, time.Now().Before(deadline), "no completion")
-					p.srv.rcq.Progress()
-				}
-				c = pollCQ(t, p.srv.rcq, time.Second)
-			} else {
-				c = pollCQ(t, p.srv.rcq, 5*time.Second) // never calls Progress
-			}
+			c := awaitRecv(t, p.srv.rcq, poll)
 			require.EqualValues(t, verbs.WCSuccess, c.Status)
 			require.EqualValues(t, 9000, c.WRID)
 			require.EqualValues(t, size, c.ByteLen)
