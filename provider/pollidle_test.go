@@ -63,18 +63,37 @@ func TestQuietPollerReadsForDueResponse(t *testing.T) {
 	require.NotEqual(t, uint32(pollIdleLimit), rx.idlePolls.Load(), "the poller read the socket")
 }
 
-// awaitRecv waits for cq's next completion, as a poller (Progress) or as a
+// sendRecv sends n bytes of cb from the client into b at the server and
+// waits for the receive's completion, as a poller (Progress) or as a
 // program that never polls the engine.
-func awaitRecv(t *testing.T, cq *verbs.CQ, poll bool) verbs.CQE {
-	if !poll {
-		return pollCQ(t, cq, 5*time.Second) // never calls Progress
+func sendRecv(t *testing.T, p *pair, b []byte, mr *verbs.MR, cb []byte, cmr *verbs.MR, wrid uint64, n int, poll bool) verbs.CQE {
+	p.srv.postRecv(rqe(wrid, sge(mr, b, 0, n)))
+	p.cli.postSend(sqe(wrid, verbs.WRSend, 0, sge(cmr, cb, 0, n)))
+	var c verbs.CQE
+	if poll {
+		deadline := time.Now().Add(5 * time.Second)
+		for cqEmpty(p.srv.rcq) {
+			require.True(t, time.Now().Before(deadline), "no completion")
+			p.srv.rcq.Progress()
+		}
+		c = pollCQ(t, p.srv.rcq, time.Second)
+	} else {
+		c = pollCQ(t, p.srv.rcq, 5*time.Second) // never calls Progress
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for cqEmpty(cq) {
-		require.True(t, time.Now().Before(deadline), "no completion")
-		cq.Progress()
+	require.EqualValues(t, verbs.WCSuccess, c.Status)
+	require.Equal(t, wrid, c.WRID)
+	return c
+}
+
+// muteByPolling exchanges small messages, polling, until the server's
+// socket is muted: the RX goroutine may read first now and then, but a
+// poller that keeps polling reads one of them.
+func muteByPolling(t *testing.T, p *pair, b []byte, mr *verbs.MR, cb []byte, cmr *verbs.MR) {
+	rx := p.srv.ep.rx.Load()
+	for i := uint64(1); !rx.muted.Load(); i++ {
+		require.Less(t, i, uint64(1000), "a poller never read a message")
+		sendRecv(t, p, b, mr, cb, cmr, i, 64, true)
 	}
-	return pollCQ(t, cq, time.Second)
 }
 
 // A poller that reads a message mutes the socket (SO_RCVLOWAT up: what
@@ -88,7 +107,7 @@ func TestPolledSocketMuted(t *testing.T) {
 			b, mr := p.srv.mem(4096, 0)
 			cb, cmr := p.cli.mem(4096, 0)
 			rx := p.srv.ep.rx.Load()
-			muted := func() bool { rx.tok.Lock(); defer rx.tok.Unlock(); return rx.muted }
+			muted := rx.muted.Load
 			lowat := func() int {
 				var v int
 				_ = p.srv.ep.rc.Control(func(fd uintptr) {
@@ -96,19 +115,7 @@ func TestPolledSocketMuted(t *testing.T) {
 				})
 				return v
 			}
-			exchange := func(wrid uint64, poll bool) {
-				p.srv.postRecv(rqe(wrid, sge(mr, b, 0, 64)))
-				p.cli.postSend(sqe(wrid, verbs.WRSend, 0, sge(cmr, cb, 0, 64)))
-				c := awaitRecv(t, p.srv.rcq, poll)
-				require.EqualValues(t, verbs.WCSuccess, c.Status)
-				require.Equal(t, wrid, c.WRID)
-			}
-			// The RX goroutine may read first now and then: a poller
-			// that keeps polling reads one of the messages.
-			for i := 1; !muted(); i++ {
-				require.Less(t, i, 1000, "a poller never read a message")
-				exchange(uint64(i), true)
-			}
+			muteByPolling(t, p, b, mr, cb, cmr)
 			require.Greater(t, lowat(), 1)
 			if how == "idle-limit" {
 				for i := 0; muted(); i++ {
@@ -120,7 +127,7 @@ func TestPolledSocketMuted(t *testing.T) {
 					"pollers stopped and the socket stayed muted")
 			}
 			require.Equal(t, 1, lowat())
-			exchange(5000, false)
+			sendRecv(t, p, b, mr, cb, cmr, 5000, 64, false)
 		})
 	}
 }
@@ -137,25 +144,11 @@ func TestMutedBulkArrival(t *testing.T) {
 			p := connectPair(t, tcpPair())
 			b, mr := p.srv.mem(size, 0)
 			cb, cmr := p.cli.mem(size, 0)
-			rx := p.srv.ep.rx.Load()
-			muted := func() bool { rx.tok.Lock(); defer rx.tok.Unlock(); return rx.muted }
-			for i := 1; !muted(); i++ {
-				require.Less(t, i, 1000, "a poller never read a message")
-				p.srv.postRecv(rqe(uint64(i), sge(mr, b, 0, 64)))
-				p.cli.postSend(sqe(uint64(i), verbs.WRSend, 0, sge(cmr, cb, 0, 64)))
-				for cqEmpty(p.srv.rcq) {
-					p.srv.rcq.Progress()
-				}
-				pollCQ(t, p.srv.rcq, time.Second)
-			}
+			muteByPolling(t, p, b, mr, cb, cmr)
 			for i := range cb {
 				cb[i] = byte(i * 7)
 			}
-			p.srv.postRecv(rqe(9000, sge(mr, b, 0, size)))
-			p.cli.postSend(sqe(9000, verbs.WRSend, 0, sge(cmr, cb, 0, size)))
-			c := awaitRecv(t, p.srv.rcq, poll)
-			require.EqualValues(t, verbs.WCSuccess, c.Status)
-			require.EqualValues(t, 9000, c.WRID)
+			c := sendRecv(t, p, b, mr, cb, cmr, 9000, size, poll)
 			require.EqualValues(t, size, c.ByteLen)
 			require.Equal(t, cb, b)
 		})

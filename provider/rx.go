@@ -358,10 +358,9 @@ type rxState struct {
 	// ib_send_lat). A poller that finds data mutes it; pollIdleLimit
 	// empty reads in a row, or a watch period in which no poller came
 	// (the application went to sleep on a completion channel), lower the
-	// mark again, which signals what is queued. Token-owned; mutedNow is
-	// its copy for the RX goroutine's look without the token.
-	muted    bool
-	mutedNow atomic.Bool
+	// mark again, which signals what is queued. Changed under the token
+	// (setMuted); atomic for the RX goroutine's look without it (loop).
+	muted atomic.Bool
 	// polls counts pollers' visits; watchPolls is its value when the RX
 	// goroutine's watch began.
 	polls      atomic.Uint64
@@ -395,7 +394,7 @@ func (e *Endpoint) startRX() {
 	rx.rd = rxReader{buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx, pay: e.tx.wake, shm: e.shm}
 	rx.ctl = func(fd uintptr) {
 		rx.prog = rx.pump(fd)
-		if rx.prog && !rx.muted && !rx.ended {
+		if rx.prog && !rx.muted.Load() && !rx.ended {
 			rx.setMuted(fd, true)
 		}
 	}
@@ -491,7 +490,7 @@ func (e *Endpoint) Progress() bool {
 	_ = e.rc.Control(rx.ctl)
 	if rx.prog {
 		rx.idlePolls.Store(0)
-	} else if rx.idlePolls.Add(1) == pollIdleLimit && rx.muted {
+	} else if rx.idlePolls.Add(1) == pollIdleLimit && rx.muted.Load() {
 		_ = e.rc.Control(rx.loud) // the netpoller takes over
 	}
 	did, ended := did || rx.prog, rx.ended
@@ -517,8 +516,7 @@ func (rx *rxState) setMuted(fd uintptr, on bool) {
 	if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, lowat) != nil {
 		return
 	}
-	rx.muted = on
-	rx.mutedNow.Store(on)
+	rx.muted.Store(on)
 	if on {
 		rx.armLocked()
 	}
@@ -531,7 +529,7 @@ func (rx *rxState) armLocked() {
 	if e.dead.Load() {
 		return
 	}
-	if rx.muted {
+	if rx.muted.Load() {
 		rx.watchPolls = rx.polls.Load()
 		_ = e.c.SetReadDeadline(time.Now().Add(mutedWatch))
 	} else {
@@ -644,7 +642,7 @@ func (rx *rxState) loop() {
 		var rnr, spin bool
 		var since time.Time
 		err := e.rc.Read(func(fd uintptr) bool {
-			if rx.mutedNow.Load() {
+			if rx.muted.Load() {
 				// Pollers are reading, and a bulk arrival crossed the
 				// mark: they drain it. Reading too would make a second
 				// reader of the socket, on a CPU the peer needs (on 2
@@ -683,7 +681,7 @@ func (rx *rxState) loop() {
 			rx.tok.Lock()
 			over := rx.ended
 			if !over {
-				if rx.muted && rx.polls.Load() == rx.watchPolls {
+				if rx.muted.Load() && rx.polls.Load() == rx.watchPolls {
 					_ = e.rc.Control(rx.loud) // pollers went away
 				}
 				rx.armLocked()

@@ -77,7 +77,7 @@ func (rx *rxState) spin() {
 	lower := false // the spinner raised the mark
 	if tcp {
 		rx.tok.Lock()
-		if !rx.muted {
+		if !rx.muted.Load() {
 			_ = e.rc.Control(rx.mute)
 			lower = true
 		}
@@ -87,7 +87,7 @@ func (rx *rxState) spin() {
 		spinSlot.Store(false)
 		if lower {
 			rx.tok.Lock()
-			if rx.muted && !rx.ended {
+			if rx.muted.Load() && !rx.ended {
 				_ = e.rc.Control(rx.loud)
 			}
 			rx.tok.Unlock()
