@@ -173,7 +173,9 @@ func TestConnectRetryAcceptedThenClosed(t *testing.T) {
 						c.Close()
 						continue
 					}
-					go ln.handshake(c)
+					turn := make(chan struct{})
+					close(turn)
+					go ln.handshake(c, turn, make(chan struct{}))
 				}
 			}()
 			t.Cleanup(ln.Close)

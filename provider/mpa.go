@@ -190,7 +190,8 @@ func initiate(c *net.TCPConn, pol *Policy, p ConnParams) (neg negotiated, reject
 }
 
 // Connect dials raddr (from laddr when given), runs MPA as the initiator and
-// moves qp (in INIT or RTR) to RTS. It returns at once; cb gets Established,
+// moves qp (in INIT or RTR) to RTS. It returns when the TCP handshake is
+// over, or after orderWait at most; cb gets Established,
 // Rejected (Err ECONNREFUSED when TCP was refused, ECONNRESET when the peer
 // reset or closed it during MPA), Unreachable or ConnectError, and later
 // Disconnected, in order.
@@ -207,7 +208,8 @@ func connectPolicy(qp *verbs.QP, laddr, raddr *net.TCPAddr, p ConnParams, timeou
 		timeout = pol.Timeout
 	}
 	e := newEndpoint(qp, cb, pol)
-	go func() {
+	dialed := make(chan struct{})
+	go func(tried chan struct{}) {
 		d := net.Dialer{Timeout: timeout}
 		if laddr != nil {
 			d.LocalAddr = laddr
@@ -222,7 +224,8 @@ func connectPolicy(qp *verbs.QP, laddr, raddr *net.TCPAddr, p ConnParams, timeou
 		// a server that does not listen yet and closes.
 		end := time.Now().Add(pol.RefusedRetry)
 		for {
-			c, err := e.dialRefusedRetry(&d, raddr, time.Until(end))
+			c, err := e.dialRefusedRetry(&d, raddr, time.Until(end), tried)
+			tried = nil
 			if err != nil {
 				switch {
 				case errors.Is(err, syscall.ECONNREFUSED):
@@ -240,19 +243,51 @@ func connectPolicy(qp *verbs.QP, laddr, raddr *net.TCPAddr, p ConnParams, timeou
 			}
 			time.Sleep(min(20*time.Millisecond, max(time.Until(end), 0)))
 		}
-	}()
+	}(dialed)
+	awaitTurn(dialed)
 	return e, nil
+}
+
+// orderWait bounds how long connection setup waits to keep the order of
+// the application's calls: Connect for its TCP handshake (so the peer
+// accepts connections in the order they were asked for, as siw's blocking
+// connect gives), the listener for the MPA request of a connection accepted
+// before (so CONNECT_REQUESTs come in accept order). Programs pair the
+// QPs of both sides by that order: perftest -R with several QPs exchanges
+// each QP's buffers by index, and a swapped pair writes its flow-control
+// credits to the wrong QP's counter and both sides wait for ever. A
+// connection whose handshake stalls holds the others back this long, once.
+const orderWait = 250 * time.Millisecond
+
+// awaitTurn waits until turn is closed, at most orderWait.
+func awaitTurn(turn <-chan struct{}) {
+	select {
+	case <-turn:
+		return
+	default:
+	}
+	t := time.NewTimer(orderWait)
+	defer t.Stop()
+	select {
+	case <-turn:
+	case <-t.C:
+	}
 }
 
 // dialRefusedRetry dials raddr; a refused connection (or one reset while
 // connecting: accepted and reset at once) is dialed again, with growing
 // pauses, until window has passed (Policy.RefusedRetry), the endpoint is
-// closed, or the dial fails otherwise.
-func (e *Endpoint) dialRefusedRetry(d *net.Dialer, raddr *net.TCPAddr, window time.Duration) (net.Conn, error) {
+// closed, or the dial fails otherwise. tried, if not nil, is closed once
+// the first dial is over.
+func (e *Endpoint) dialRefusedRetry(d *net.Dialer, raddr *net.TCPAddr, window time.Duration, tried chan struct{}) (net.Conn, error) {
 	end := time.Now().Add(window)
 	pause := 5 * time.Millisecond
 	for {
 		c, err := d.Dial("tcp", raddr.String())
+		if tried != nil {
+			close(tried)
+			tried = nil
+		}
 		refused := errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 		if err == nil || !refused || e.abandoned() {
 			return c, err
@@ -366,6 +401,8 @@ func listenPolicy(ln *net.TCPListener, cb func(*Request), pol Policy) *Listener 
 
 func (l *Listener) loop() {
 	defer close(l.done)
+	turn := make(chan struct{})
+	close(turn)
 	for {
 		c, err := l.ln.AcceptTCP()
 		if err != nil {
@@ -379,11 +416,27 @@ func (l *Listener) loop() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		go l.handshake(c)
+		next := make(chan struct{})
+		go l.handshake(c, turn, next)
+		turn = next
 	}
 }
 
-func (l *Listener) handshake(c *net.TCPConn) {
+// handshake reads the MPA request and hands the request to cb once the
+// connection accepted before it had its turn (orderWait); then it is
+// next's turn.
+func (l *Listener) handshake(c *net.TCPConn, turn <-chan struct{}, next chan<- struct{}) {
+	defer close(next)
+	r := l.readRequest(c)
+	awaitTurn(turn)
+	if r != nil {
+		l.cb(r)
+	}
+}
+
+// readRequest reads and checks the MPA request; a bad one is dropped with a
+// log line (nil).
+func (l *Listener) readRequest(c *net.TCPConn) *Request {
 	_ = c.SetDeadline(time.Now().Add(l.pol.Timeout))
 	f, pd, err := readMPAFrame(c, wire.MPARequest)
 	if err == nil && l.pol.CRCStrict && !f.CRC {
@@ -398,7 +451,7 @@ func (l *Listener) handshake(c *net.TCPConn) {
 	if err != nil {
 		Warnf("dropping connection from %v: MPA request: %v", c.RemoteAddr(), err)
 		c.Close()
-		return
+		return nil
 	}
 	_ = c.SetDeadline(time.Time{})
 	r := &Request{Local: c.LocalAddr().(*net.TCPAddr), Remote: c.RemoteAddr().(*net.TCPAddr),
@@ -407,7 +460,7 @@ func (l *Listener) handshake(c *net.TCPConn) {
 	if has {
 		r.Params.IRD, r.Params.ORD = clampIRDORD(v2.IRD), clampIRDORD(v2.ORD)
 	}
-	l.cb(r)
+	return r
 }
 
 // Close stops accepting. Requests already handed out stay valid.

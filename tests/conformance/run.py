@@ -371,6 +371,12 @@ def rows():
         for suf, extra, nsizes in variants:
             R.append(Row(tool + suf, [tool] + pt + extra + [HOST], [tool] + pt + extra,
                          checks=[check_perftest_table(kind, nsizes, tool != "ib_read_lat")]))
+    # Several QPs: perftest pairs them by the order of connection requests,
+    # and ib_send_bw's credits (-r below the send depth) hang a swapped pair.
+    for name, extra in (("ib_send_bw-q4-r128", ["-q", "4", "-s", "8", "-n", "1000", "-r", "128"]),
+                        ("ib_send_bw-q4-s65536", ["-q", "4", "-s", "65536", "-n", "1000"])):
+        R.append(Row(name, ["ib_send_bw"] + pt + extra + [HOST], ["ib_send_bw"] + pt + extra,
+                     checks=[check_perftest_table("bw", 1)]))
     # Duration mode (-D): perftest's SIGALRM ends the test while the engine
     # runs on the application's thread (issue 9).
     for tool, kind, size in (("ib_write_bw", "bw", 2), ("ib_write_bw", "bw", 65536),
