@@ -97,3 +97,21 @@ func TestRNRTimeoutEnv(t *testing.T) {
 	t.Setenv("GOIWARP_RNR_TIMEOUT", "")
 	require.Equal(t, DefaultRNRTimeout, PolicyFromEnv().RNRTimeout)
 }
+
+// A Send still waiting for its receive when the application disconnects
+// (qperf's rc_bi_bw ends so): the timeout's Terminate cannot follow the FIN
+// already sent, and is dropped; the connection ends on both sides instead
+// of the transmitter looping on it for ever.
+func TestRNRTimeoutAfterDisconnect(t *testing.T) {
+	pol := DefaultPolicy()
+	pol.RNRTimeout = 200 * time.Millisecond
+	p := connectPair(t, pairOpts{cliPol: pol, srvPol: pol})
+	c, s := p.cli, p.srv
+	src, smr := c.mem(4096, 0)
+	c.postSend(sqe(1, verbs.WRSend, verbs.SendSignaled, sge(smr, src, 0, 100)))
+	waitRNR(t, s)
+	s.ep.Disconnect()
+	s.wait(Disconnected, to)
+	c.wait(Disconnected, to)
+	require.Equal(t, verbs.QPSErr, s.qp.State())
+}

@@ -821,11 +821,13 @@ func (t *txState) frameMsg(m *txMsg) {
 func (t *txState) nextMsg() *txMsg {
 	if t.finSent && t.e.failStarted.Load() {
 		// The Terminate went out ahead of the QP's move to ERR (see
-		// failTerm): nothing more is framed; responses are dropped, work
-		// requests flushed.
+		// failTerm), or Disconnect's FIN did: nothing more is framed;
+		// responses are dropped, work requests flushed. A Terminate
+		// queued after the FIN cannot be sent either (left queued, idle
+		// would send the transmitter round again for ever).
 		t.mu.Lock()
 		internal := t.internal
-		t.internal = nil
+		t.internal, t.term = nil, nil
 		t.mu.Unlock()
 		for _, m := range internal {
 			t.finishDropped(m)

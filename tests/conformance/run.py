@@ -386,7 +386,7 @@ def rows():
         R.append(Row(tool + "-D1" + ("-s%d" % size if size else ""),
                      [tool] + pt + extra + [HOST], [tool] + pt + extra,
                      checks=[check_perftest_table(kind + "-D", 1)]))
-    for test in ("rc_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"):
+    for test in ("rc_bw", "rc_bi_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"):
         R.append(Row("qperf-" + test,
                      ["qperf", HOST, "-lp", "{P}", "-cm1", "-t", "2", test],
                      ["qperf", "-lp", "{P}"], server_persistent=True,
@@ -425,7 +425,7 @@ def cmless_rows():
                      ["ib_write_bw"] + pt + ["-x", x, "-n", "1000"],
                      checks=[check_perftest_table("bw", 1)], twin="ib_write_bw",
                      figure=perftest_figure("bw")))
-    for test in ("rc_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"):
+    for test in ("rc_bw", "rc_bi_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"):
         R.append(Row("qperf-noCM-" + test, ["qperf", HOST, "-lp", "{P}", "-t", "2", test],
                      ["qperf", "-lp", "{P}"], server_persistent=True,
                      checks=[check_qperf(test)], twin="qperf-" + test, figure=qperf_figure(test)))
