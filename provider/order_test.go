@@ -30,17 +30,13 @@ func TestListenerKeepsAcceptOrder(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tl, err := netListen()
 			require.NoError(t, err)
-			got := make(chan int, 3)
-			var conns []*net.TCPConn
+			got := make(chan string, 3) // the requests' remote addresses
 			ln := listenPolicy(tl, func(r *Request) {
-				for i, c := range conns {
-					if c.LocalAddr().String() == r.Remote.String() {
-						got <- i
-					}
-				}
+				got <- r.Remote.String()
 				_ = r.Reject(nil)
 			}, DefaultPolicy())
 			t.Cleanup(ln.Close)
+			var conns []*net.TCPConn
 			for range 3 {
 				c, err := net.DialTCP("tcp", nil, ln.Addr())
 				require.NoError(t, err)
@@ -55,8 +51,8 @@ func TestListenerKeepsAcceptOrder(t *testing.T) {
 			}
 			for _, want := range tc.want {
 				select {
-				case i := <-got:
-					require.Equal(t, want, i)
+				case remote := <-got:
+					require.Equal(t, conns[want].LocalAddr().String(), remote)
 				case <-time.After(to):
 					t.Fatalf("no request %d", want)
 				}
