@@ -444,11 +444,13 @@ func TestConnectPeerGoneDuringMPA(t *testing.T) {
 		name  string
 		reset bool
 		first []byte // written before the close
+		bound bool   // dial from one local port, as rdmacm does: every retry reuses it
 	}{
-		{"reset", true, nil},
-		{"close", false, nil},
-		{"reset within the reply header", true, []byte("MPA ID Rep")},
-		{"close within the reply header", false, []byte("MPA ID Rep")},
+		{"reset", true, nil, false},
+		{"close", false, nil, false},
+		{"reset within the reply header", true, []byte("MPA ID Rep"), false},
+		{"close within the reply header", false, []byte("MPA ID Rep"), false},
+		{"close, from a bound port", false, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newSide(t)
@@ -484,7 +486,11 @@ func TestConnectPeerGoneDuringMPA(t *testing.T) {
 					conn.Close()
 				}
 			}()
-			_, err = connectPolicy(c.qp, nil, tl.Addr().(*net.TCPAddr), ConnParams{PrivateData: []byte("hello")}, 5*time.Second, c.cb, &pol)
+			var laddr *net.TCPAddr
+			if tc.bound {
+				laddr = freeLocalPort(t)
+			}
+			_, err = connectPolicy(c.qp, laddr, tl.Addr().(*net.TCPAddr), ConnParams{PrivateData: []byte("hello")}, 5*time.Second, c.cb, &pol)
 			require.NoError(t, err)
 			ev := c.wait(Rejected, to)
 			require.ErrorIs(t, ev.Err, syscall.ECONNRESET)

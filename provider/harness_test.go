@@ -232,3 +232,12 @@ func tcpPair() pairOpts { return pairOpts{cliPol: tcpPolicy(), srvPol: tcpPolicy
 func netListen() (*net.TCPListener, error) {
 	return net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 }
+
+// freeLocalPort is a loopback address whose port nobody holds now.
+func freeLocalPort(t *testing.T) *net.TCPAddr {
+	l, err := netListen()
+	require.NoError(t, err)
+	a := l.Addr().(*net.TCPAddr)
+	require.NoError(t, l.Close())
+	return a
+}

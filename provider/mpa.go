@@ -318,6 +318,11 @@ func (e *Endpoint) runInitiator(c *net.TCPConn, p ConnParams, timeout time.Durat
 	}
 	if err != nil && errors.Is(err, errNoReply) && time.Now().Before(retryUntil) && !e.abandoned() {
 		Debugf("connect to %v: %v; trying again", c.RemoteAddr(), err)
+		// Closed with a reset: a FIN would leave this socket in LAST_ACK
+		// until the peer's ACK is processed (late on a loaded machine), and
+		// the next dial from the same bound port would find the 4-tuple
+		// taken (EADDRNOTAVAIL). The peer has gone; it loses nothing.
+		_ = c.SetLinger(0)
 		c.Close()
 		return true
 	}
