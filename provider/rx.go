@@ -86,9 +86,6 @@ var (
 func (rd *rxReader) sys(p []byte) (int, error) {
 	rd.settle()
 	if l := rd.shm; l != nil {
-		if l.in.Corrupt() {
-			return 0, errShmCorrupt
-		}
 		if l.tcpDone.Load() {
 			// The peer closed: all it wrote before is in the ring now.
 			// A peer that goes on writing (or its ring does) is not read
@@ -96,13 +93,16 @@ func (rd *rxReader) sys(p []byte) (int, error) {
 			if !rd.finSeen {
 				rd.finSeen, rd.finLeft = true, l.in.Buffered()
 			}
-			if rd.finLeft == 0 {
-				return 0, errAgain
-			}
 			p = p[:min(len(p), rd.finLeft)]
 		}
 		n := l.in.Read(p)
 		if n == 0 {
+			// Asked after Read, whose one look at the tail decided: a
+			// scribble between a look here and Read's would have Read
+			// take stale bytes for FPDUs.
+			if l.in.Corrupt() {
+				return 0, errShmCorrupt
+			}
 			return 0, errAgain
 		}
 		if rd.finSeen {

@@ -78,8 +78,8 @@ func scribbled(t *testing.T, r *Ring, s []byte) {
 		t.Fatalf("buffered %d", b)
 	}
 	p := make([]byte, 3*n)
-	if got := r.Read(p); got > r.Cap() {
-		t.Fatalf("read %d of a %d-byte ring", got, n)
+	if got := r.Read(p); got > r.Cap() || tail-head > n && got > 0 {
+		t.Fatalf("read %d of a %d-byte ring with head %d tail %d", got, n, head, tail)
 	}
 	c := r.Corrupt()
 	if w := r.Write(p); w > r.Cap() || c && w > 0 {

@@ -85,9 +85,9 @@ func (r *Ring) Aux(i int) *atomic.Uint64 { return &r.aux[i] }
 // other's only moves towards it (the producer's up to Cap ahead of a
 // consumer position it read), so a true answer is the peer's doing (it
 // scribbled on the shared memory), never a race. Read and Write stay
-// within the data area regardless (a corrupt header reads as Cap bytes
-// buffered: stale data for the consumer, no room for the producer), but
-// neither makes sense of it: the caller should give the ring up.
+// within the data area regardless (a corrupt header reads nothing and has
+// no room), but neither makes sense of it: the caller should give the ring
+// up.
 func (r *Ring) Corrupt() bool {
 	h := r.head.Load()
 	return r.tail.Load()-h > uint64(len(r.data))
@@ -111,10 +111,17 @@ func (r *Ring) Write(p []byte) int {
 }
 
 // Read copies up to len(p) buffered bytes into p and frees their room; it
-// returns the count.
+// returns the count. A header that is corrupt when Read looks (the one
+// look it takes at the tail) reads nothing: a consumer that asks Corrupt
+// when Read returns 0 never takes stale bytes for data, whenever the peer
+// scribbles.
 func (r *Ring) Read(p []byte) int {
 	h := r.head.Load()
-	n := min(len(p), int(min(r.tail.Load()-h, uint64(len(r.data)))))
+	buffered := r.tail.Load() - h
+	if buffered > uint64(len(r.data)) {
+		return 0
+	}
+	n := min(len(p), int(buffered))
 	if n == 0 {
 		return 0
 	}
