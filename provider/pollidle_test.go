@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/goiwarp/provider/wire"
 	"github.com/goiwarp/goiwarp/verbs"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -153,4 +154,83 @@ func TestMutedBulkArrival(t *testing.T) {
 			require.Equal(t, cb, b)
 		})
 	}
+}
+
+// A poller's read that comes back short took all the socket held, so the
+// poller stops there rather than reading again to be told EAGAIN: the
+// syscall it saves stands between a message's arrival and its completion.
+// The test holds the RX token while the messages arrive, so that only the
+// poll it then makes (the poller's own closure, as Progress runs it) reads
+// them.
+func TestPollerStopsAtShortRead(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		size, msgs  int
+		wantReads   uint64
+		description string
+	}{
+		{"one-message", 64, 1, 1, "one read into the header buffer"},
+		{"two-queued", 64, 2, 1, "one read takes both"},
+		{"readv", 6000, 1, 2, "a full header-buffer read, then a short readv of the rest"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := connectPair(t, tcpPair())
+			b, mr := p.srv.mem(2*8192, 0)
+			cb, cmr := p.cli.mem(8192, 0)
+			ep := p.srv.ep
+			rx := ep.rx.Load()
+			wireLen := tc.msgs * wire.FPDULen(wire.DDPUntaggedHeaderLen+tc.size)
+			queued := func() int {
+				var n int
+				_ = ep.rc.Control(func(fd uintptr) {
+					n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+				})
+				return n
+			}
+			for ep.Progress() { // what the connection's set-up left to read
+			}
+
+			rx.tok.Lock()
+			for i := range tc.msgs {
+				p.srv.postRecv(rqe(uint64(i), sge(mr, b, i*8192, tc.size)))
+				p.cli.postSend(sqe(uint64(i), verbs.WRSend, 0, sge(cmr, cb, 0, tc.size)))
+			}
+			require.Eventually(t, func() bool { return queued() == wireLen }, 5*time.Second, time.Millisecond)
+			before := rx.rd.reads
+			require.NoError(t, ep.rc.Control(rx.ctl))
+			reads, consumed := rx.rd.reads-before, rx.prog
+			rx.tok.Unlock()
+
+			require.True(t, consumed)
+			require.Equal(t, tc.wantReads, reads, tc.description)
+			for i := range tc.msgs {
+				c := pollCQ(t, p.srv.rcq, time.Second)
+				require.EqualValues(t, verbs.WCSuccess, c.Status)
+				require.EqualValues(t, i, c.WRID)
+				require.EqualValues(t, tc.size, c.ByteLen)
+			}
+			require.Zero(t, queued())
+			// What comes after is read as before: by the next poll.
+			sendRecv(t, p, b, mr, cb, cmr, 99, tc.size, true)
+		})
+	}
+}
+
+// The muted socket's watch does not wait for a token a poller holds: it
+// looks again a watch later, and only after watchBusyMax such watches waits
+// for the token, so pollers that went away are still noticed.
+func TestMutedWatchWhileTokenHeld(t *testing.T) {
+	p := connectPair(t, tcpPair())
+	b, mr := p.srv.mem(4096, 0)
+	cb, cmr := p.cli.mem(4096, 0)
+	rx := p.srv.ep.rx.Load()
+	muteByPolling(t, p, b, mr, cb, cmr)
+
+	rx.tok.Lock()
+	time.Sleep((watchBusyMax + 4) * mutedWatch)
+	require.True(t, rx.muted.Load(), "the watch unmutes under the token only")
+	rx.tok.Unlock()
+	require.Eventually(t, func() bool { return !rx.muted.Load() }, 5*time.Second, time.Millisecond,
+		"pollers stopped and the socket stayed muted")
+	sendRecv(t, p, b, mr, cb, cmr, 7, 64, false)
 }

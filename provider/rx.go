@@ -26,9 +26,10 @@ import (
 // Only the holder of the RX token (rxState.tok) reads the socket: the RX
 // goroutine, which waits for readability on the netpoller, or a thread
 // polling a CQ of the QP (Endpoint.Progress), which never waits. Whoever
-// holds the token reads until the socket is empty (EAGAIN), so no edge of
-// readability is lost between them. All of the state below, the carry-over
-// buffer included, belongs to the token.
+// holds the token reads until the socket is empty, so no edge of readability
+// is lost between them: the RX goroutine until EAGAIN, a poller until a read
+// comes back short (see rxReader.pollerRead). All of the state below, the
+// carry-over buffer included, belongs to the token.
 
 // rxReader is the MPA stream: buffered header reads, direct payload reads,
 // marker removal and CRC summing.
@@ -46,6 +47,7 @@ type rxReader struct {
 	mkn    int
 	iov    [2]unix.Iovec
 	nread  uint64 // bytes read from the socket, ever
+	reads  uint64 // read(2) and readv(2) calls, ever: what a poll costs
 	// finSeen: the shm reader saw the TCP stream end; finLeft bytes of
 	// the ring were still to read then.
 	finSeen bool
@@ -56,6 +58,14 @@ type rxReader struct {
 	// requests of one read leave together (one wake, one sendmsg).
 	owing bool
 	pay   func()
+	// pollerRead: a poller holds the token (Endpoint.Progress). A read of
+	// the socket that came back short took all it held then, and the next
+	// one would only say EAGAIN: a poller stops there (drained) instead of
+	// paying that syscall before its completion is seen. What arrives
+	// later is an edge of its own for the netpoller, or the pollers' next
+	// visit. The RX goroutine reads on to EAGAIN.
+	pollerRead bool
+	drained    bool
 }
 
 // settle hands queued responses to the transmitter.
@@ -112,7 +122,11 @@ func (rd *rxReader) sys(p []byte) (int, error) {
 		rd.nread += uint64(n)
 		return n, nil
 	}
+	if rd.drained {
+		return 0, errAgain
+	}
 	for {
+		rd.reads++
 		n, err := unix.Read(rd.fd, p)
 		switch {
 		case err == unix.EINTR:
@@ -125,6 +139,7 @@ func (rd *rxReader) sys(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		rd.nread += uint64(n)
+		rd.drained = rd.pollerRead && n < len(p)
 		return n, nil
 	}
 }
@@ -135,11 +150,15 @@ func (rd *rxReader) sysv(dst []byte) (int, error) {
 		return rd.sys(dst) // straight from the ring into dst: no carry-over needed
 	}
 	rd.settle()
+	if rd.drained {
+		return 0, errAgain
+	}
 	rd.iov[0] = unix.Iovec{Base: &dst[0]}
 	rd.iov[0].SetLen(len(dst))
 	rd.iov[1] = unix.Iovec{Base: &rd.buf[0]}
 	rd.iov[1].SetLen(len(rd.buf))
 	for {
+		rd.reads++
 		n, _, errno := unix.Syscall(unix.SYS_READV, uintptr(rd.fd), uintptr(unsafe.Pointer(&rd.iov[0])), 2)
 		switch {
 		case errno == unix.EINTR:
@@ -152,6 +171,7 @@ func (rd *rxReader) sysv(dst []byte) (int, error) {
 			return 0, io.EOF
 		}
 		rd.nread += uint64(n)
+		rd.drained = rd.pollerRead && int(n) < len(dst)+len(rd.buf)
 		if int(n) > len(dst) {
 			rd.r, rd.w = 0, int(n)-len(dst)
 			return len(dst), nil
@@ -393,7 +413,9 @@ func (e *Endpoint) startRX() {
 	}
 	rx.rd = rxReader{buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx, pay: e.tx.wake, shm: e.shm}
 	rx.ctl = func(fd uintptr) {
+		rx.rd.pollerRead = true
 		rx.prog = rx.pump(fd)
+		rx.rd.pollerRead, rx.rd.drained = false, false
 		if rx.prog && !rx.muted.Load() && !rx.ended {
 			rx.setMuted(fd, true)
 		}
@@ -522,6 +544,24 @@ func (rx *rxState) setMuted(fd uintptr, on bool) {
 	}
 }
 
+// watchBusyMax bounds how many watches in a row the RX goroutine skips
+// because a poller held the token: a wake-up that came for something else
+// (a poller's kick, see Progress) is then served at most this many watches
+// late.
+const watchBusyMax = 8
+
+// rearmWatch sets the next watch without the token, when a poller holds it.
+// A poller lowering the mark meanwhile clears the deadline (armLocked) or
+// leaves this one to fire once for nothing; fail's bound is put back if the
+// connection failed meanwhile.
+func (rx *rxState) rearmWatch() {
+	e := rx.e
+	_ = e.c.SetReadDeadline(time.Now().Add(mutedWatch))
+	if e.dead.Load() {
+		_ = e.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	}
+}
+
 // armLocked sets the read deadline the RX goroutine waits with: the muted
 // socket's watch, or none; fail's bound stays (token held).
 func (rx *rxState) armLocked() {
@@ -638,6 +678,7 @@ func (rx *rxState) loop() {
 	e := rx.e
 	defer close(e.rxDone)
 	ended := false
+	busyWatches := 0 // watches in a row that found a poller holding the token
 	for !ended {
 		var rnr, spin bool
 		var since time.Time
@@ -677,8 +718,19 @@ func (rx *rxState) loop() {
 			// A poller's wake-up (see Progress) or the muted socket's
 			// watch, not the end of the stream (fail's bound comes with
 			// dead, the end of the stream with rx.ended).
+			if !rx.tok.TryLock() {
+				if busyWatches++; busyWatches < watchBusyMax {
+					// A poller is at the socket, which is all the watch
+					// wants to know. Waiting for the token would have its
+					// Unlock hand it over and wake a thread, on a core
+					// the polling program needs, once per watch.
+					rx.rearmWatch()
+					continue
+				}
+				rx.tok.Lock()
+			}
+			busyWatches = 0
 			rx.rnrKick.Store(false)
-			rx.tok.Lock()
 			over := rx.ended
 			if !over {
 				if rx.muted.Load() && rx.polls.Load() == rx.watchPolls {
