@@ -41,7 +41,7 @@ type Endpoint struct {
 
 	neg      negotiated
 	shm      *shmLink    // the rings of a same-host connection (shm.go); nil on TCP
-	mulpdu   int         // largest ULPDU we send
+	mulpdu   int         // largest ULPDU we send; the TX token holder's once started (txState.maxULPDU)
 	awaitRTR atomic.Bool // responder: not yet established
 	txHeld   atomic.Bool // responder without P2P: established, transmitter held (establishedHeld)
 	holdT    atomic.Pointer[time.Timer]
@@ -176,18 +176,16 @@ func (e *Endpoint) finishFailed() {
 	}
 }
 
-// mulpduFor is the largest ULPDU we send on c: wire.MULPDU of the
+// mulpduFor is the largest ULPDU we send on rc: wire.MULPDU of the
 // connection's MSS (one FPDU per TCP segment, as siw), markers included when
 // we insert them, within what the 16-bit length field and a sane minimum allow.
-func mulpduFor(c *net.TCPConn, markers bool) int {
+func mulpduFor(rc syscall.RawConn, markers bool) int {
 	mss := 1460
-	if rc, err := c.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			if v, err := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG); err == nil && v > 0 {
-				mss = v
-			}
-		})
-	}
+	_ = rc.Control(func(fd uintptr) {
+		if v, err := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG); err == nil && v > 0 {
+			mss = v
+		}
+	})
 	return max(min(wire.MULPDU(mss, markers), 0xfffc), 128)
 }
 
@@ -201,7 +199,7 @@ func (e *Endpoint) start(neg negotiated) error {
 		return err
 	}
 	e.rc = rc
-	e.mulpdu = mulpduFor(c, neg.mkTx)
+	e.mulpdu = mulpduFor(rc, neg.mkTx)
 	e.tx.init(e)
 	if !e.awaitRTR.Load() {
 		e.tx.ready = true

@@ -121,6 +121,7 @@ type txState struct {
 	lastKick atomic.Int64
 
 	// Token holder only.
+	mssAt   time.Time // when maxULPDU last asked the socket
 	cur     *txMsg
 	msn     [5]uint32
 	reqID   uint32
@@ -1059,6 +1060,24 @@ func (t *txState) placedDirect(m *txMsg) {
 	t.e.completeSend(m.idx, verbs.WCSuccess, uint32(m.total))
 }
 
+// mssRecheck bounds how often a transmitter asks the socket for its MSS
+// again (maxULPDU).
+const mssRecheck = 100 * time.Millisecond
+
+// maxULPDU is the largest ULPDU to frame now. A connection's MSS grows after
+// its handshake (loopback's starts at 32741, half the peer's first window,
+// and reaches 65483 once data flows), and FPDUs follow it as siw's do: FPDUs
+// of half the size cost a bulk transfer twice the sendmsg and readv calls.
+// Asked for a message that needs several FPDUs, at most every mssRecheck.
+func (t *txState) maxULPDU() int {
+	e := t.e
+	if e.rc != nil && e.shm == nil && time.Since(t.mssAt) >= mssRecheck {
+		t.mssAt = time.Now()
+		e.mulpdu = mulpduFor(e.rc, t.mk)
+	}
+	return e.mulpdu
+}
+
 // frameSegment appends the next FPDU of m to the batch. It frames piecewise
 // (wire.FinishFPDU and wire.InsertMarkers want the FPDU in one buffer; here
 // the payload stays in registered memory, one iovec per piece).
@@ -1072,6 +1091,7 @@ func (t *txState) frameSegment(m *txMsg) {
 	chunk := m.total - m.off
 	if maxc := t.e.mulpdu - info.HeaderLen; chunk > maxc {
 		if m.seg == 0 {
+			maxc = max(t.maxULPDU()-info.HeaderLen, 1)
 			n := (m.total + maxc - 1) / maxc
 			m.seg = (m.total + n - 1) / n
 		}
