@@ -2,6 +2,7 @@ package provider
 
 import (
 	"testing"
+	"time"
 
 	"github.com/goiwarp/goiwarp/provider/wire"
 	"github.com/stretchr/testify/require"
@@ -15,7 +16,8 @@ func TestIRDFreedWhenFramed(t *testing.T) {
 	e := &Endpoint{mulpdu: 1024, neg: negotiated{ird: 1, ord: 1}}
 	tx := &e.tx
 	tx.init(e)
-	payload := make([]byte, 3000) // three FPDUs
+	tx.mssAt = time.Now().Add(time.Hour) // no socket to ask for its MSS: keep mulpdu
+	payload := make([]byte, 3000)        // three FPDUs
 	tx.irdInUse = 2
 	tx.internal = []*txMsg{
 		{kind: kindReadResp, h: wire.Header{Opcode: wire.OpReadResponse, STag: 1}, data: [][]byte{payload}, total: len(payload)},

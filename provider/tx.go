@@ -1071,7 +1071,7 @@ const mssRecheck = 100 * time.Millisecond
 // Asked for a message that needs several FPDUs, at most every mssRecheck.
 func (t *txState) maxULPDU() int {
 	e := t.e
-	if e.rc != nil && e.shm == nil && time.Since(t.mssAt) >= mssRecheck {
+	if e.shm == nil && time.Since(t.mssAt) >= mssRecheck {
 		t.mssAt = time.Now()
 		e.mulpdu = mulpduFor(e.rc, t.mk)
 	}
@@ -1091,7 +1091,7 @@ func (t *txState) frameSegment(m *txMsg) {
 	chunk := m.total - m.off
 	if maxc := t.e.mulpdu - info.HeaderLen; chunk > maxc {
 		if m.seg == 0 {
-			maxc = max(t.maxULPDU()-info.HeaderLen, 1)
+			maxc = t.maxULPDU() - info.HeaderLen
 			n := (m.total + maxc - 1) / maxc
 			m.seg = (m.total + n - 1) / n
 		}
