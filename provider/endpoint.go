@@ -198,7 +198,15 @@ func (e *Endpoint) start(neg negotiated) error {
 	if err != nil {
 		return err
 	}
+	// Under mu, as Close looks: a hard Close that came first has returned
+	// without waiting for goroutines this would start.
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return net.ErrClosed
+	}
 	e.rc = rc
+	e.mu.Unlock()
 	e.mulpdu = mulpduFor(rc, neg.mkTx)
 	e.tx.init(e)
 	if !e.awaitRTR.Load() {
