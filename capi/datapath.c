@@ -325,6 +325,7 @@ int gcapi_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 int gcapi_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
 	struct gcapi_cq *c = gcapi_cq(cq);
+	uint32_t active;
 
 	if (gcapi_in_forked_child())
 		return gcapi_err(EPERM);
@@ -337,7 +338,12 @@ int gcapi_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 		__atomic_compare_exchange_n(&c->ring->notify, &none, GIW_NOTIFY_SOLICITED, 0,
 					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 	}
+	active = __atomic_load_n(&c->ring->active, __ATOMIC_RELAXED);
 	pthread_spin_unlock(&c->lock);
+	/* The connections may have left their sockets to this thread's polls
+	 * (provider: muted), which are about to stop. */
+	if (active)
+		goVerbsCQArmed(c->h);
 	return 0;
 }
 

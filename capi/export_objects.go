@@ -266,6 +266,15 @@ func goVerbsCQProgress(h C.uintptr_t) C.int {
 	return 0
 }
 
+// goVerbsCQArmed: req_notify_cq armed a CQ that connected QPs complete into.
+//
+//export goVerbsCQArmed
+func goVerbsCQArmed(h C.uintptr_t) {
+	if cq := handleValue[*verbs.CQ](h); cq != nil {
+		cq.Armed()
+	}
+}
+
 // goVerbsQPRecvDoorbell: post_recv published work on a QP in ERR, or while
 // its receive path waited for a receive.
 //

@@ -224,13 +224,82 @@ func TestMutedWatchWhileTokenHeld(t *testing.T) {
 	b, mr := p.srv.mem(4096, 0)
 	cb, cmr := p.cli.mem(4096, 0)
 	rx := p.srv.ep.rx.Load()
-	muteByPolling(t, p, b, mr, cb, cmr)
-
-	rx.tok.Lock()
-	time.Sleep((watchBusyMax + 4) * mutedWatch)
-	require.True(t, rx.muted.Load(), "the watch unmutes under the token only")
-	rx.tok.Unlock()
+	for {
+		muteByPolling(t, p, b, mr, cb, cmr)
+		rx.tok.Lock()
+		if rx.muted.Load() {
+			break
+		}
+		rx.tok.Unlock() // a watch came between the last poll and the Lock
+	}
+	time.Sleep((watchBusyMax + 4) * time.Duration(rx.watch.Load()))
+	stillMuted := rx.muted.Load()
+	rx.tok.Unlock() // before asserting: a failing test that held it would hang in Close
+	require.True(t, stillMuted, "the watch unmutes under the token only")
 	require.Eventually(t, func() bool { return !rx.muted.Load() }, 5*time.Second, time.Millisecond,
 		"pollers stopped and the socket stayed muted")
 	sendRecv(t, p, b, mr, cb, cmr, 7, 64, false)
+}
+
+// A CQ armed for an event (req_notify_cq) means the application is about to
+// wait on the channel rather than poll: a socket the polls muted is made
+// loud at once, and polls made while armed mute nothing; either way what
+// arrives next is read by the RX goroutine, not left for the watch.
+func TestArmedCQKeepsSocketLoud(t *testing.T) {
+	for _, when := range []string{"armed after the polls", "armed before the polls"} {
+		t.Run(when, func(t *testing.T) {
+			p := connectPair(t, tcpPair())
+			b, mr := p.srv.mem(4096, 0)
+			cb, cmr := p.cli.mem(4096, 0)
+			rx := p.srv.ep.rx.Load()
+			if when == "armed after the polls" {
+				muteByPolling(t, p, b, mr, cb, cmr)
+				p.srv.rcq.Armed()
+				require.False(t, rx.muted.Load(), "arming left the socket muted")
+			} else {
+				p.srv.rcq.Armed()
+				for i := uint64(1); i < 200; i++ {
+					sendRecv(t, p, b, mr, cb, cmr, i, 64, true)
+					require.False(t, rx.muted.Load(), "a poll muted the socket of an armed CQ")
+				}
+			}
+			// Well within a watch: the RX goroutine was signalled.
+			t0 := time.Now()
+			sendRecv(t, p, b, mr, cb, cmr, 5000, 64, false)
+			require.Less(t, time.Since(t0), mutedWatchPolling)
+		})
+	}
+}
+
+// The muted socket's watch is the long one after a poller's read completed
+// work (that poller waits on the CQ and comes back), the short one after a
+// poller only placed a Write (it came for something else).
+func TestMutedWatchFollowsWhatPollerFound(t *testing.T) {
+	p := connectPair(t, tcpPair())
+	b, mr := p.srv.mem(4096, verbs.AccessRemoteWrite)
+	cb, cmr := p.cli.mem(4096, 0)
+	rx := p.srv.ep.rx.Load()
+	muteByPolling(t, p, b, mr, cb, cmr)
+	require.EqualValues(t, mutedWatchPolling, rx.watch.Load(), "after a receive")
+
+	cb[100] = 0x5a
+	for i := uint64(1); time.Duration(rx.watch.Load()) != mutedWatch; i++ {
+		require.Less(t, i, uint64(1000), "a poller never read a Write")
+		b[100] = 0
+		w := sqe(i, verbs.WRRDMAWrite, verbs.SendSignaled, sge(cmr, cb, 100, 1))
+		w.RKey, w.RemoteAddr = mr.STag, addr(b, 100)
+		p.cli.postSend(w)
+		deadline := time.Now().Add(5 * time.Second)
+		for b[100] != 0x5a {
+			require.True(t, time.Now().Before(deadline), "the Write never landed")
+			p.srv.rcq.Progress()
+		}
+		pollCQ(t, p.cli.scq, time.Second)
+	}
+	// What the short watch is for: nobody polls, a Write still lands.
+	b[200], cb[200] = 0, 0x77
+	w := sqe(9999, verbs.WRRDMAWrite, verbs.SendSignaled, sge(cmr, cb, 200, 1))
+	w.RKey, w.RemoteAddr = mr.STag, addr(b, 200)
+	p.cli.postSend(w)
+	require.Eventually(t, func() bool { return b[200] == 0x77 }, 5*time.Second, 100*time.Microsecond)
 }

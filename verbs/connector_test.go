@@ -134,6 +134,7 @@ type nopTransport struct{ kicks, closes int }
 func (n *nopTransport) Kick()          { n.kicks++ }
 func (n *nopTransport) Close(bool)     { n.closes++ }
 func (n *nopTransport) Progress() bool { return false }
+func (n *nopTransport) Armed()         {}
 
 func cmlessQP(t *testing.T, fc *fakeConnector) *QP {
 	c := openCtx(t)

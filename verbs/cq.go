@@ -2,8 +2,10 @@ package verbs
 
 import (
 	"encoding/binary"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -53,6 +55,13 @@ type CQ struct {
 	// empty.
 	regMu sync.Mutex
 	qps   atomic.Pointer[[]*QP]
+
+	// armed: req_notify_cq armed the CQ (Armed) and no completion fired it
+	// since; the application waits for events rather than polls.
+	armed atomic.Bool
+
+	polls  atomic.Uint32 // Progress calls, for schedTurn
+	turnAt atomic.Int64  // when a poller last yielded its P (ns since turnEpoch)
 }
 
 func (cq *CQ) register(qp *QP) {
@@ -111,6 +120,9 @@ func (cq *CQ) updateActiveLocked() {
 // what its socket holds, places it, completes it). It reports whether any
 // did something.
 func (cq *CQ) Progress() bool {
+	if cq.polls.Add(1)%turnCheck == 0 {
+		cq.schedTurn()
+	}
 	p := cq.qps.Load()
 	if p == nil {
 		return false
@@ -125,6 +137,43 @@ func (cq *CQ) Progress() bool {
 		did = progressing.help(cq)
 	}
 	return did
+}
+
+// Armed is the hook req_notify_cq calls while connected QPs complete into
+// the CQ: the application is about to sleep on the channel.
+func (cq *CQ) Armed() {
+	cq.armed.Store(true)
+	if p := cq.qps.Load(); p != nil {
+		for _, qp := range *p {
+			if h := qp.prog.Load(); h != nil {
+				h.t.Armed()
+			}
+		}
+	}
+}
+
+// A thread that spins in poll_cq keeps its P between calls (to the runtime
+// it is in a system call), and that P never schedules: its schedtick stands
+// still. sysmon takes a P whose schedtick stood still for 10 ms for one
+// running a goroutine that will not yield, hands it to another thread, and
+// then wakes every 20 us for a millisecond or more; on a machine whose cores
+// the spinning threads hold, each of those wake-ups preempts one of them
+// (ib_send_lat: 130 such retakes and 1,000 sysmon wake-ups a second per
+// process, most of its 99 % tail). A poller that yields its P every
+// turnEvery moves schedtick on, and sysmon stays asleep.
+const (
+	turnCheck = 256 // Progress calls between looks at the clock
+	turnEvery = 5 * time.Millisecond
+)
+
+var turnEpoch = time.Now()
+
+func (cq *CQ) schedTurn() {
+	now := int64(time.Since(turnEpoch))
+	last := cq.turnAt.Load()
+	if now-last >= int64(turnEvery) && cq.turnAt.CompareAndSwap(last, now) {
+		runtime.Gosched()
+	}
 }
 
 // progressing lists every QP of the process that has a connection attached,
@@ -262,6 +311,7 @@ func (cq *CQ) Push(e *CQE, solicited bool) bool {
 	fire := cq.Chan != nil && disarm(&r.hdr.Notify, solicited || e.Status != WCSuccess)
 	cq.mu.Unlock()
 	if fire {
+		cq.armed.Store(false)
 		cq.Chan.signal(cq.Cookie)
 	}
 	return true

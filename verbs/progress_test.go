@@ -3,6 +3,7 @@ package verbs
 import (
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,10 +14,12 @@ import (
 type countingTransport struct {
 	turns atomic.Int32
 	work  atomic.Int32
+	arms  atomic.Int32
 }
 
 func (c *countingTransport) Kick()      {}
 func (c *countingTransport) Close(bool) {}
+func (c *countingTransport) Armed()     { c.arms.Add(1) }
 func (c *countingTransport) Progress() bool {
 	c.turns.Add(1)
 	return c.work.Add(-1) >= 0
@@ -54,4 +57,45 @@ func TestPollerHelpsQPsOfOtherCQs(t *testing.T) {
 	foreign.work.Store(1)
 	assert.False(t, polled.cq.Progress(), "a QP in ERR has no connection to help")
 	assert.Equal(t, turns, foreign.turns.Load())
+}
+
+// Arming a CQ (capi's req_notify_cq calls Armed) tells its connected QPs,
+// and the QP reports its events armed until a completion fires the event.
+func TestArmedCQ(t *testing.T) {
+	f := newFixture(t, 16, false)
+	tr := &countingTransport{}
+	toInit(t, f.qp)
+	require.NoError(t, f.qp.Attach(tr, 1, 1))
+	require.False(t, f.qp.EventsArmed())
+
+	atomic.StoreUint32(&f.cq.Ring.hdr.Notify, notifyNext) // req_notify_cq's part in C
+	f.cq.Armed()
+	assert.EqualValues(t, 1, tr.arms.Load())
+	assert.True(t, f.qp.EventsArmed())
+
+	require.True(t, f.cq.Push(&CQE{WRID: 1}, false))
+	assert.False(t, f.qp.EventsArmed(), "the completion fired the event")
+}
+
+// A poller yields its P once a turn (turnEvery) has passed since the last
+// yield on the CQ, looking at the clock every turnCheck polls, and not sooner.
+func TestPollerTakesSchedTurn(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		since  time.Duration
+		yields bool
+	}{
+		{"just yielded", 0, false},
+		{"a turn ago", turnEvery, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, 16, false)
+			last := int64(time.Since(turnEpoch) - tc.since)
+			f.cq.turnAt.Store(last)
+			for range turnCheck {
+				f.cq.Progress()
+			}
+			assert.Equal(t, tc.yields, f.cq.turnAt.Load() != last)
+		})
+	}
 }

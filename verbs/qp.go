@@ -21,6 +21,10 @@ type Transport interface {
 	// whether anything happened. It must be cheap when there is nothing to
 	// do.
 	Progress() bool
+	// Armed tells the QP that the application armed a CQ it completes
+	// into (ibv_req_notify_cq): it is about to wait on the CQ's channel
+	// rather than poll, so whatever arrives must wake the engine.
+	Armed()
 }
 
 type progHolder struct{ t Transport }
@@ -417,6 +421,12 @@ func (qp *QP) Attach(conn Transport, ird, ord uint8) error {
 		conn.Kick()
 	}
 	return nil
+}
+
+// EventsArmed reports whether a CQ of the QP is armed for an event: the
+// application waits on its channel between polls.
+func (qp *QP) EventsArmed() bool {
+	return qp.SendCQ.armed.Load() || qp.RecvCQ.armed.Load()
 }
 
 // Connected reports whether the QP has its stream (for a CM-less QP in

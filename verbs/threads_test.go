@@ -49,6 +49,7 @@ func (s *syncTransport) Close(bool) {
 }
 
 func (s *syncTransport) Progress() bool { return false }
+func (s *syncTransport) Armed()         {}
 
 // capiPost is capi's post_send: write and publish under the SQ lock, then
 // ring if the engine is idle. It reports false when the ring is full.
