@@ -158,8 +158,8 @@ func (cq *CQ) Armed() {
 // running a goroutine that will not yield, hands it to another thread, and
 // then wakes every 20 us for a millisecond or more; on a machine whose cores
 // the spinning threads hold, each of those wake-ups preempts one of them
-// (ib_send_lat: 130 such retakes and 1,000 sysmon wake-ups a second per
-// process, most of its 99 % tail). A poller that yields its P every
+// (ib_send_lat: about 100 such retakes and 1,000 sysmon wake-ups a second per
+// process, a share of its 99 % tail). A poller that yields its P every
 // turnEvery moves schedtick on, and sysmon stays asleep.
 const (
 	turnCheck = 256 // Progress calls between looks at the clock
