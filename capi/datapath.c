@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* sched_getcpu */
 /* The fast path: post_send/post_recv/post_srq_recv, poll_cq/req_notify_cq,
  * the ibv_wr_* builders and the ibv_cq_ex poll ops, all over the rings of
  * giw_ring.h. The only calls into Go are the send doorbell (when the engine
@@ -5,6 +6,7 @@
  * found its CQ empty (the polling thread reads the sockets of the CQ's QPs),
  * the flush of receives posted to a QP in ERR, and the receive doorbell
  * when a receive path waits for a receive (ring flag rnr_wait). */
+#include <sched.h>
 #include <string.h>
 
 #include "capi.h"
@@ -26,6 +28,7 @@ static int sq_postable(uint32_t st)
  * prod and then swap doorbell, so both sides need sequential consistency. */
 static void sq_ring(struct gcapi_qp *q)
 {
+	__atomic_store_n(&q->sq->post_cpu, (uint32_t)(sched_getcpu() + 1), __ATOMIC_RELAXED);
 	if (__atomic_exchange_n(&q->sq->doorbell, 0, __ATOMIC_SEQ_CST))
 		goVerbsQPDoorbell(q->h);
 }

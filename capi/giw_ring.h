@@ -93,7 +93,11 @@ struct giw_ring {
 	 * post_recv/post_srq_recv, after publishing prod, swap it to 0 and, if
 	 * it was set, call the engine's receive doorbell. */
 	uint32_t rnr_wait;
-	uint8_t pad2[32];
+	/* Send rings: 1 + the CPU (sched_getcpu) the last post ran on, 0 if
+	 * unknown. A program that waits for its answer spinning there leaves
+	 * the arrival to an engine thread, which should not land on that CPU. */
+	uint32_t post_cpu;
+	uint8_t pad2[28];
 	/* entries follow at offset 192 */
 };
 

@@ -73,6 +73,7 @@ func cRingLayout() map[string]fieldLayout {
 		"ringHdr.Overflow":  {unsafe.Offsetof(r.overflow), unsafe.Sizeof(r.overflow)},
 		"ringHdr.Active":    {unsafe.Offsetof(r.active), unsafe.Sizeof(r.active)},
 		"ringHdr.RNRWait":   {unsafe.Offsetof(r.rnr_wait), unsafe.Sizeof(r.rnr_wait)},
+		"ringHdr.PostCPU":   {unsafe.Offsetof(r.post_cpu), unsafe.Sizeof(r.post_cpu)},
 	}
 }
 

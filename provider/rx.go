@@ -312,6 +312,8 @@ type rxState struct {
 	e   *Endpoint
 	tok sync.Mutex // the RX token
 
+	posterPosts uint32 // the RX goroutine's: send queue index at keepOffPoster's last look
+
 	// Everything below belongs to the token holder.
 	ended bool // the stream is over (error, EOF, or the endpoint went down)
 	// errComp posts the error completion of the work request whose FPDU
@@ -743,6 +745,9 @@ func (rx *rxState) loop() {
 			rnr, since = rx.rnrWait && !ended, rx.rnrSince
 			rx.tok.Unlock()
 			spin = got && !ended && !rnr && spinAllowed(rx.spinWindow)
+			if got {
+				rx.keepOffPoster(e.qp.Poster()) // offcpu.go
+			}
 			return ended || rnr || spin
 		})
 		if err == nil && rnr {

@@ -79,7 +79,8 @@ type ringHdr struct {
 	Overflow  uint32
 	Active    uint32 // CQ rings: QPs with a connection completing here
 	RNRWait   uint32 // RQ/SRQ rings: the engine waits for a receive (post_recv calls in)
-	_         [32]byte
+	PostCPU   uint32 // send rings: 1 + the CPU of the last post, 0 if unknown
+	_         [28]byte
 }
 
 // Values of enum ibv_wr_opcode.

@@ -454,6 +454,13 @@ func (qp *QP) SetError() bool {
 	return true
 }
 
+// Poster is the CPU the application thread that posted last ran on (-1 if
+// unknown) and the send queue's producer index, which tells whether it
+// posted since an earlier look.
+func (qp *QP) Poster() (cpu int, posts uint32) {
+	return int(atomic.LoadUint32(&qp.SQ.hdr.PostCPU)) - 1, qp.SQ.prod()
+}
+
 // Doorbell is capi's call after post_send found the engine idle: the caller
 // now owns the TX token, and must leave it with the engine or in the ring.
 // A poster that publishes while the token is held here does not ring, so

@@ -415,6 +415,20 @@ func readRecord(t *testing.T, fd, n int) []byte {
 	return b
 }
 
+// Poster reads what post_send left in the send ring: the CPU, stored
+// plus one so that a ring never posted to reads unknown.
+func TestPoster(t *testing.T) {
+	f := newFixture(t, 8, false)
+	cpu, posts := f.qp.Poster()
+	assert.Equal(t, -1, cpu, "no post yet")
+	assert.Zero(t, posts)
+	f.postSend(1, WRSend, 0)
+	f.qp.SQ.hdr.PostCPU = 3 + 1
+	cpu, posts = f.qp.Poster()
+	assert.Equal(t, 3, cpu)
+	assert.EqualValues(t, 1, posts)
+}
+
 func TestCQNotify(t *testing.T) {
 	f := newFixture(t, 16, false)
 	// Not armed: no event.

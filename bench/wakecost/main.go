@@ -9,6 +9,12 @@
 //	c-epoll    a C thread blocked in epoll_wait(2), then read(2)
 //	go-netpoll a goroutine in RawConn.Read (Go's netpoller), as goiwarp's
 //	           RX goroutine
+//	go-netpoll-off  the same goroutine, which after a read that finds
+//	           it on the CPU the application last sent from takes that CPU
+//	           out of its thread's affinity (provider/offcpu.go)
+//	c-read-same, c-read-other  c-read with the application thread pinned
+//	           to CPU 0 (server) or 1 (client) and the receive thread to the
+//	           same CPU or to the other (2 CPUs or more)
 //
 // It prints the one-way latency (half the round trip: typical and 99 %)
 // min/median/max over -runs runs, modes interleaved. The floor a
@@ -19,8 +25,10 @@
 package main
 
 /*
+#cgo CFLAGS: -D_GNU_SOURCE
 #cgo LDFLAGS: -lpthread
 #include <errno.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +39,24 @@ package main
 extern void goSend(int fd);
 
 static volatile long arrived;
+static volatile int app_cpu = -1; // where the application last sent from
+static int pin_rx = -1, pin_app = -1;
+
+static void pin(int cpu) {
+	cpu_set_t s;
+	CPU_ZERO(&s);
+	CPU_SET(cpu, &s);
+	sched_setaffinity(0, sizeof s, &s);
+}
+
+static int get_app_cpu(void) { return app_cpu; }
+static void set_pins(int app, int rx) { pin_app = app, pin_rx = rx; }
 static void add_arrived(long n) { __atomic_add_fetch(&arrived, n, __ATOMIC_SEQ_CST); }
 
 static void *rx_read(void *arg) {
 	int fd = (int)(long)arg;
+	if (pin_rx >= 0)
+		pin(pin_rx);
 	char b[64];
 	for (;;) {
 		int n = read(fd, b, sizeof b);
@@ -77,12 +99,16 @@ static int cmp(const void *a, const void *b) {
 static void ping_pong(int fd, int client, int iters, double *typical, double *p99) {
 	double *lat = malloc(iters * sizeof *lat);
 	long expect = 0;
+	if (pin_app >= 0)
+		pin(pin_app);
 	for (int i = 0; i < iters; i++) {
 		double t0 = now_us();
+		app_cpu = sched_getcpu();
 		if (client) goSend(fd);
 		expect += 2;
 		while (__atomic_load_n(&arrived, __ATOMIC_SEQ_CST) < expect)
 			;
+		app_cpu = sched_getcpu();
 		if (!client) goSend(fd);
 		lat[i] = (now_us() - t0) / 2;
 	}
@@ -104,11 +130,12 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-var modes = []string{"c-read", "c-epoll", "go-netpoll"}
+var modes = []string{"c-read", "c-epoll", "go-netpoll", "go-netpoll-off", "c-read-same", "c-read-other"}
 
 //export goSend
 func goSend(fd C.int) { _, _ = unix.Write(int(fd), []byte{1, 2}) }
@@ -127,6 +154,11 @@ func main() {
 		time.Now().Format("2006-01-02 15:04"), *runs, *iters)
 	typ := map[string][]float64{}
 	p99 := map[string][]float64{}
+	var procCPUs unix.CPUSet
+	_ = unix.SchedGetaffinity(0, &procCPUs)
+	if !procCPUs.IsSet(0) || !procCPUs.IsSet(1) {
+		modes = modes[:4] // the pinned modes need CPUs 0 and 1
+	}
 	for r := 0; r < *runs; r++ {
 		for _, m := range modes {
 			t, p, err := run(m, *iters)
@@ -210,7 +242,8 @@ func peer(side, mode, addr string, iters int) int {
 	}
 	_ = c.SetNoDelay(true)
 	var fd int
-	if mode == "go-netpoll" {
+	if strings.HasPrefix(mode, "go-netpoll") {
+		offApp := offAppCPU(mode == "go-netpoll-off")
 		rc, _ := c.SyscallConn()
 		_ = rc.Control(func(f uintptr) { fd = int(f) })
 		go func() {
@@ -226,6 +259,7 @@ func peer(side, mode, addr string, iters int) int {
 					return
 				}
 				C.add_arrived(C.long(n))
+				offApp()
 			}
 		}()
 	} else {
@@ -237,6 +271,16 @@ func peer(side, mode, addr string, iters int) int {
 		}
 		fd = int(f.Fd())
 		_ = unix.SetNonblock(fd, mode == "c-epoll")
+		appCPU, rxCPU := map[string]int{"server": 0, "client": 1}[side], -1
+		switch mode {
+		case "c-read-same":
+			rxCPU = appCPU
+		case "c-read-other":
+			rxCPU = 1 - appCPU
+		default:
+			appCPU = -1
+		}
+		C.set_pins(C.int(appCPU), C.int(rxCPU))
 		epoll := C.int(0)
 		if mode == "c-epoll" {
 			epoll = 1
@@ -257,4 +301,25 @@ func peer(side, mode, addr string, iters int) int {
 		time.Sleep(200 * time.Millisecond) // the client's last bytes are placed
 	}
 	return 0
+}
+
+// offAppCPU returns what the go-netpoll-off receive path does after a read:
+// leave the application's CPU if it runs there (nothing for go-netpoll).
+func offAppCPU(on bool) func() {
+	var procs unix.CPUSet
+	if !on || unix.SchedGetaffinity(0, &procs) != nil {
+		return func() {}
+	}
+	return func() {
+		app := int(C.get_app_cpu())
+		var here uint32
+		if _, _, e := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&here)), 0, 0); e != 0 || app < 0 || int(here) != app {
+			return
+		}
+		set := procs
+		set.Clear(app)
+		if set.Count() > 0 {
+			_ = unix.SchedSetaffinity(0, &set)
+		}
+	}
 }

@@ -1,0 +1,77 @@
+package provider
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// After placing data for a QP whose application posted since the last
+// look, a receive thread on the poster's CPU leaves that CPU; in every
+// other case it stays where it is.
+func TestKeepOffPoster(t *testing.T) {
+	if procCPUs.Count() < 2 {
+		t.Skip("one CPU: nowhere to go")
+	}
+	here := -1
+	for c := 0; here < 0; c++ {
+		if procCPUs.IsSet(c) {
+			here = c
+		}
+	}
+	pinned := unix.CPUSet{}
+	pinned.Set(here)
+	left, _ := offCPU(procCPUs, here)
+	for _, tc := range []struct {
+		name      string
+		cpu       int
+		posts     uint32
+		lastPosts uint32
+		want      unix.CPUSet
+		wantPosts uint32
+	}{
+		{"the poster's CPU, a new post", here, 5, 4, left, 5},
+		{"no post since the last look", here, 4, 4, pinned, 4},
+		{"the poster on another CPU", here + 1, 5, 4, pinned, 5},
+		{"the poster's CPU unknown", -1, 5, 4, pinned, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := make(chan unix.CPUSet, 1)
+			var posts uint32
+			go func() {
+				// Locked and never unlocked: the thread whose mask the
+				// test changed ends with the goroutine.
+				runtime.LockOSThread()
+				var s unix.CPUSet
+				if unix.SchedSetaffinity(0, &pinned) == nil {
+					rx := &rxState{posterPosts: tc.lastPosts}
+					rx.keepOffPoster(tc.cpu, tc.posts)
+					posts = rx.posterPosts
+					_ = unix.SchedGetaffinity(0, &s)
+				}
+				got <- s
+			}()
+			assert.Equal(t, tc.want, <-got)
+			assert.Equal(t, tc.wantPosts, posts)
+		})
+	}
+}
+
+func TestOffCPU(t *testing.T) {
+	var one, two, second unix.CPUSet
+	one.Set(3)
+	two.Set(0)
+	two.Set(1)
+	second.Set(1)
+	_, ok := offCPU(one, 3)
+	require.False(t, ok, "a process on one CPU keeps it")
+	set, ok := offCPU(two, 0)
+	require.True(t, ok)
+	assert.Equal(t, second, set)
+	set, ok = offCPU(two, 7)
+	require.True(t, ok, "a CPU the process may not use")
+	assert.Equal(t, two, set)
+}
