@@ -60,8 +60,7 @@ type CQ struct {
 	// since; the application waits for events rather than polls.
 	armed atomic.Bool
 
-	polls  atomic.Uint32 // Progress calls, for schedTurn
-	turnAt atomic.Int64  // when a poller last yielded its P (ns since turnEpoch)
+	turn schedTurn // of the threads that poll it
 }
 
 func (cq *CQ) register(qp *QP) {
@@ -120,9 +119,7 @@ func (cq *CQ) updateActiveLocked() {
 // what its socket holds, places it, completes it). It reports whether any
 // did something.
 func (cq *CQ) Progress() bool {
-	if cq.polls.Add(1)%turnCheck == 0 {
-		cq.schedTurn()
-	}
+	cq.turn.tick()
 	p := cq.qps.Load()
 	if p == nil {
 		return false
@@ -152,26 +149,38 @@ func (cq *CQ) Armed() {
 	}
 }
 
-// A thread that spins in poll_cq keeps its P between calls (to the runtime
-// it is in a system call), and that P never schedules: its schedtick stands
-// still. sysmon takes a P whose schedtick stood still for 10 ms for one
-// running a goroutine that will not yield, hands it to another thread, and
-// then wakes every 20 us for a millisecond or more; on a machine whose cores
-// the spinning threads hold, each of those wake-ups preempts one of them
-// (ib_send_lat: about 100 such retakes and 1,000 sysmon wake-ups a second per
-// process, a share of its 99 % tail). A poller that yields its P every
-// turnEvery moves schedtick on, and sysmon stays asleep.
+// A thread that spins in poll_cq, or posts a send, waits for its answer
+// and posts again, keeps its P between calls (to the runtime it is in a
+// system call), and that P never schedules: its schedtick stands still.
+// sysmon takes a P whose schedtick stood still for 10 ms for one running a
+// goroutine that will not yield, hands it to another thread, and then wakes
+// every 20 us for a millisecond or more; on a machine whose cores the
+// spinning threads hold, each of those wake-ups preempts one of them
+// (ib_send_lat: about 100 such retakes and 1,000 sysmon wake-ups a second
+// per process, a share of its 99 % tail; ib_write_lat, whose target calls
+// in only to post, 2,400-4,000). A thread that yields its P every turnEvery
+// moves schedtick on, and sysmon stays asleep.
 const (
-	turnCheck = 256 // Progress calls between looks at the clock
+	turnCheck = 256 // calls between looks at the clock
 	turnEvery = 5 * time.Millisecond
 )
 
 var turnEpoch = time.Now()
 
-func (cq *CQ) schedTurn() {
+// schedTurn is kept by an object whose calls come from application threads
+// that spin: CQ.Progress and QP.Doorbell tick it.
+type schedTurn struct {
+	calls atomic.Uint32
+	at    atomic.Int64 // when a caller last yielded its P (ns since turnEpoch)
+}
+
+func (s *schedTurn) tick() {
+	if s.calls.Add(1)%turnCheck != 0 {
+		return
+	}
 	now := int64(time.Since(turnEpoch))
-	last := cq.turnAt.Load()
-	if now-last >= int64(turnEvery) && cq.turnAt.CompareAndSwap(last, now) {
+	last := s.at.Load()
+	if now-last >= int64(turnEvery) && s.at.CompareAndSwap(last, now) {
 		runtime.Gosched()
 	}
 }

@@ -79,7 +79,7 @@ func TestArmedCQ(t *testing.T) {
 
 // A poller yields its P once a turn (turnEvery) has passed since the last
 // yield on the CQ, looking at the clock every turnCheck polls, and not sooner.
-func TestPollerTakesSchedTurn(t *testing.T) {
+func TestSpinnerTakesSchedTurn(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		since  time.Duration
@@ -91,11 +91,20 @@ func TestPollerTakesSchedTurn(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, 16, false)
 			last := int64(time.Since(turnEpoch) - tc.since)
-			f.cq.turnAt.Store(last)
-			for range turnCheck {
-				f.cq.Progress()
+			for _, caller := range []struct {
+				name string
+				turn *schedTurn
+				call func()
+			}{
+				{"poll_cq", &f.cq.turn, func() { f.cq.Progress() }},
+				{"post_send", &f.qp.turn, f.qp.Doorbell},
+			} {
+				caller.turn.at.Store(last)
+				for range turnCheck {
+					caller.call()
+				}
+				assert.Equal(t, tc.yields, caller.turn.at.Load() != last, caller.name)
 			}
-			assert.Equal(t, tc.yields, f.cq.turnAt.Load() != last)
 		})
 	}
 }
