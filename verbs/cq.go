@@ -60,7 +60,7 @@ type CQ struct {
 	// since; the application waits for events rather than polls.
 	armed atomic.Bool
 
-	turn schedTurn // of the threads that poll it
+	turn schedTurn // of the threads that poll it or post to its QPs
 }
 
 func (cq *CQ) register(qp *QP) {
@@ -167,8 +167,8 @@ const (
 
 var turnEpoch = time.Now()
 
-// schedTurn is kept by an object whose calls come from application threads
-// that spin: CQ.Progress and QP.Doorbell tick it.
+// schedTurn is a CQ's: CQ.Progress and the Doorbell of a QP that completes
+// sends into it tick it.
 type schedTurn struct {
 	calls atomic.Uint32
 	at    atomic.Int64 // when a caller last yielded its P (ns since turnEpoch)

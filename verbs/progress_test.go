@@ -97,7 +97,7 @@ func TestSpinnerTakesSchedTurn(t *testing.T) {
 				call func()
 			}{
 				{"poll_cq", &f.cq.turn, func() { f.cq.Progress() }},
-				{"post_send", &f.qp.turn, f.qp.Doorbell},
+				{"post_send", &f.qp.SendCQ.turn, f.qp.Doorbell},
 			} {
 				caller.turn.at.Store(last)
 				for range turnCheck {

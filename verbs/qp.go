@@ -110,7 +110,6 @@ type QP struct {
 	cmless bool
 	cn     Connector                  // the one that numbered the QP; nil without one
 	prog   atomic.Pointer[progHolder] // conn, for the pollers' progress hook
-	turn   schedTurn                  // of the threads that post to it
 
 	// Send queue shadow, guarded by sqMu: sqNext is the next entry to start
 	// (advanced by the TX token holder), sqDone marks finished entries so they
@@ -467,7 +466,9 @@ func (qp *QP) Poster() (cpu int, posts uint32) {
 // A poster that publishes while the token is held here does not ring, so
 // giving the token back looks at the ring again.
 func (qp *QP) Doorbell() {
-	defer qp.turn.tick() // after the send is out
+	// After the send is out. The send CQ's turn: the thread that posts
+	// usually polls that CQ too, and one yield per turn is enough for it.
+	defer qp.SendCQ.turn.tick()
 	for {
 		qp.mu.Lock()
 		conn, st := qp.conn, qp.attr.State
