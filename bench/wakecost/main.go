@@ -12,6 +12,9 @@
 //	go-netpoll-off  the same goroutine, which after a read that finds
 //	           it on the CPU the application last sent from takes that CPU
 //	           out of its thread's affinity (provider/offcpu.go)
+//	c-spin     no receive thread: the application thread reads the
+//	           non-blocking socket in its spin loop (as UCX does); the floor
+//	           of this machine, tail included
 //	c-read-same, c-read-other  c-read with the application thread pinned
 //	           to CPU 0 (server) or 1 (client) and the receive thread to the
 //	           same CPU or to the other (2 CPUs or more)
@@ -41,6 +44,7 @@ extern void goSend(int fd);
 static volatile long arrived;
 static volatile int app_cpu = -1; // where the application last sent from
 static int pin_rx = -1, pin_app = -1;
+static int spin_fd = -1; // c-spin: the application reads this socket itself
 
 static void pin(int cpu) {
 	cpu_set_t s;
@@ -51,6 +55,7 @@ static void pin(int cpu) {
 
 static int get_app_cpu(void) { return app_cpu; }
 static void set_pins(int app, int rx) { pin_app = app, pin_rx = rx; }
+static void set_spin(int fd) { spin_fd = fd; }
 static void add_arrived(long n) { __atomic_add_fetch(&arrived, n, __ATOMIC_SEQ_CST); }
 
 static void *rx_read(void *arg) {
@@ -106,8 +111,12 @@ static void ping_pong(int fd, int client, int iters, double *typical, double *p9
 		app_cpu = sched_getcpu();
 		if (client) goSend(fd);
 		expect += 2;
-		while (__atomic_load_n(&arrived, __ATOMIC_SEQ_CST) < expect)
-			;
+		while (__atomic_load_n(&arrived, __ATOMIC_SEQ_CST) < expect) {
+			char b[64];
+			int n = spin_fd >= 0 ? read(spin_fd, b, sizeof b) : 0;
+			if (n > 0)
+				add_arrived(n);
+		}
 		app_cpu = sched_getcpu();
 		if (!client) goSend(fd);
 		lat[i] = (now_us() - t0) / 2;
@@ -135,7 +144,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var modes = []string{"c-read", "c-epoll", "go-netpoll", "go-netpoll-off", "c-read-same", "c-read-other"}
+var modes = []string{"c-spin", "c-read", "c-epoll", "go-netpoll", "go-netpoll-off", "c-read-same", "c-read-other"}
 
 //export goSend
 func goSend(fd C.int) { _, _ = unix.Write(int(fd), []byte{1, 2}) }
@@ -157,7 +166,7 @@ func main() {
 	var procCPUs unix.CPUSet
 	_ = unix.SchedGetaffinity(0, &procCPUs)
 	if !procCPUs.IsSet(0) || !procCPUs.IsSet(1) {
-		modes = modes[:4] // the pinned modes need CPUs 0 and 1
+		modes = modes[:5] // the pinned modes need CPUs 0 and 1
 	}
 	for r := 0; r < *runs; r++ {
 		for _, m := range modes {
@@ -263,14 +272,14 @@ func peer(side, mode, addr string, iters int) int {
 			}
 		}()
 	} else {
-		// A blocking fd of its own for the C thread (c-epoll reads it
-		// non-blocking).
+		// A blocking fd of its own for the C thread (c-epoll and c-spin
+		// read it non-blocking).
 		f, err := c.File()
 		if err != nil {
 			return 1
 		}
 		fd = int(f.Fd())
-		_ = unix.SetNonblock(fd, mode == "c-epoll")
+		_ = unix.SetNonblock(fd, mode == "c-epoll" || mode == "c-spin")
 		appCPU, rxCPU := map[string]int{"server": 0, "client": 1}[side], -1
 		switch mode {
 		case "c-read-same":
@@ -285,7 +294,9 @@ func peer(side, mode, addr string, iters int) int {
 		if mode == "c-epoll" {
 			epoll = 1
 		}
-		if C.start_rx(C.int(fd), epoll) != 0 {
+		if mode == "c-spin" {
+			C.set_spin(C.int(fd))
+		} else if C.start_rx(C.int(fd), epoll) != 0 {
 			return 1
 		}
 	}
