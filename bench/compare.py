@@ -15,6 +15,8 @@ is the TCP data path; --shm takes the same-host path, which bench/shm.py
 compares with TCP). References, same machine, same run:
   iperf3 (single stream, -l SIZE; -P 4 for the 4-QP rows), qperf tcp_lat,
   ucx_perftest ucp_am_lat with UCX_TLS=tcp,self (UCX over TCP, busy-polling).
+  bench/wakecost c-spin (built by compare.sh): a 2-byte TCP ping-pong whose
+  C threads busy-poll their sockets, this machine's floor for the 99 % tail.
 Scale and idle cost come from bench/qpscale (built with the tree), CPU per GiB
 from /proc/PID/stat of both perftest processes, syscalls per message from
 strace -c -f on an ib_write_bw -s 8 client.
@@ -192,6 +194,19 @@ def ucx(test, size, iters, tls="tcp,self", net_devices="lo"):
     raise RuntimeError("ucx_perftest: no Final line:\n" + out[-600:])
 
 
+def tcp_spin(build, iters):
+    """bench/wakecost c-spin: a 2-byte TCP ping-pong whose C threads read
+    their non-blocking sockets in their spin loops (what UCX does, with
+    nothing of UCX's own): this machine's floor, typical and 99 %, one way."""
+    exe = os.path.join(build, "bench", "wakecost")
+    out = subprocess.run([exe, "-runs", "1", "-iters", str(iters), "-modes", "c-spin"], capture_output=True,
+                         text=True, timeout=300)
+    m = re.search(r"^c-spin\s+([0-9.]+) /.*?/\s+[0-9.]+\s+([0-9.]+) /", out.stdout, re.M)
+    if out.returncode != 0 or not m:
+        raise RuntimeError("wakecost: %s" % (out.stdout + out.stderr)[-600:])
+    return {"typical": float(m.group(1)), "p99": float(m.group(2))}
+
+
 def qpscale(build, n, idle):
     exe = os.path.join(build, "bench", "qpscale")
     out = subprocess.run([exe, "-n", str(n), "-t", str(idle), "-p", str(port())], capture_output=True,
@@ -242,6 +257,8 @@ def measurements(a):
     for size in (2, 4096):
         add("qperf tcp_lat -m %d" % size, lambda size=size: qperf_lat(size, secs), "typical", "us", "low")
         add("ucx ucp_am_lat -s %d" % size, lambda size=size: ucx("ucp_am_lat", size, a.lat_iters), "typical", "us", "low")
+    add("tcp spin ping-pong -s 2 typical", lambda: tcp_spin(a.build, a.lat_iters), "typical", "us", "low")
+    M[-1]["p99"] = True
     # Issue 11: the same tests connected without librdmacm, against the -R
     # rows above (the server of a test without -R waits in its own socket:
     # its side of the data path runs on goiwarp's receive goroutine alone).
@@ -287,6 +304,10 @@ RATIOS = [  # (label, numerator, denominator, target, better)
     ("ib_send_lat 2 B / UCX", "ib_send_lat -s 2 typical", "ucx ucp_am_lat -s 2", 1.0, "low"),
     ("ib_write_lat 2 B / UCX", "ib_write_lat -s 2 typical", "ucx ucp_am_lat -s 2", 1.0, "low"),
     ("ib_read_lat 2 B / UCX", "ib_read_lat -s 2 typical", "ucx ucp_am_lat -s 2", 2.0, "low"),
+    ("ib_send_lat 2 B 99% / typical", "ib_send_lat -s 2 99%", "ib_send_lat -s 2 typical", 3.0, "low"),
+    ("ib_write_lat 2 B 99% / typical", "ib_write_lat -s 2 99%", "ib_write_lat -s 2 typical", 3.0, "low"),
+    ("tcp spin ping-pong 99% / typical", "tcp spin ping-pong -s 2 99%", "tcp spin ping-pong -s 2 typical", None,
+     "low"),
     ("ib_send_lat 2 B / qperf tcp_lat", "ib_send_lat -s 2 typical", "qperf tcp_lat -m 2", None, "low"),
     ("ib_send_lat 4 KiB / UCX", "ib_send_lat -s 4096 typical", "ucx ucp_am_lat -s 4096", None, "low"),
     ("ib_write_bw 64 KiB without -R / -R", "ib_write_bw -s 65536 noR", "ib_write_bw -s 65536", 0.8, "high"),

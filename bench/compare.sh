@@ -12,4 +12,5 @@ B=${GOIWARP_BUILD_DIR:-_build}
 bash build/deps.sh bench
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$B" -j"$(nproc)" >/dev/null
+go build -o "$B/bench/wakecost" ./bench/wakecost
 exec python3 bench/compare.py --build "$B" "$@"

@@ -24,7 +24,7 @@
 // wake-based receive path can reach on this machine; a busy-polling stack
 // (UCX) does not pay it.
 //
-//	go run ./bench/wakecost [-runs 5] [-iters 20000]
+//	go run ./bench/wakecost [-runs 5] [-iters 20000] [-modes c-spin,go-netpoll]
 package main
 
 /*
@@ -155,6 +155,7 @@ func main() {
 	side := flag.String("side", "", "internal: server or client")
 	mode := flag.String("mode", "", "internal: receive path")
 	addr := flag.String("addr", "", "internal: address")
+	only := flag.String("modes", "", "comma-separated receive paths to run (all if empty)")
 	flag.Parse()
 	if *side != "" {
 		os.Exit(peer(*side, *mode, *addr, *iters))
@@ -167,6 +168,9 @@ func main() {
 	_ = unix.SchedGetaffinity(0, &procCPUs)
 	if !procCPUs.IsSet(0) || !procCPUs.IsSet(1) {
 		modes = modes[:5] // the pinned modes need CPUs 0 and 1
+	}
+	if *only != "" {
+		modes = slices.DeleteFunc(modes, func(m string) bool { return !slices.Contains(strings.Split(*only, ","), m) })
 	}
 	for r := 0; r < *runs; r++ {
 		for _, m := range modes {
