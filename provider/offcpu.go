@@ -13,9 +13,10 @@ import (
 // peer's Write fills) never calls into goiwarp while it waits, so a thread
 // the netpoller wakes places the arrival. Woken on the CPU the application
 // spins on, that thread preempts the spinner, which must then be scheduled
-// back to see the data: on 2 cores one way took 13-27 µs so, 4.5 µs with
-// the receive thread on the other CPU (bench/wakecost, -same against
-// -other), where it preempts only the peer's spinner, which waits for it.
+// back to see the data: on 2 cores one way took 24-32 µs so, 4.6 µs with
+// the receive thread on the other CPU (bench/wakecost, c-read-same against
+// c-read-other), where it preempts only the peer's spinner, which waits
+// for it.
 //
 // So after a wake-up that placed data for a QP whose application posted
 // since the last such look, the receive thread checks its CPU and, if it
