@@ -10,8 +10,8 @@ import (
 )
 
 // After placing data for a QP whose application posted since the last
-// look, a receive thread on the poster's CPU leaves that CPU; in every
-// other case it stays where it is.
+// look and armed none of its CQs, a receive thread on the poster's CPU
+// leaves that CPU; in every other case it stays where it is.
 func TestKeepOffPoster(t *testing.T) {
 	if procCPUs.Count() < 2 {
 		t.Skip("one CPU: nowhere to go")
@@ -30,17 +30,20 @@ func TestKeepOffPoster(t *testing.T) {
 		cpu       int
 		posts     uint32
 		lastPosts uint32
+		arms      uint32
 		want      unix.CPUSet
 		wantPosts uint32
+		wantArms  uint32
 	}{
-		{"the poster's CPU, a new post", here, 5, 4, left, 5},
-		{"no post since the last look", here, 4, 4, pinned, 4},
-		{"the poster on another CPU", here + 1, 5, 4, pinned, 5},
-		{"the poster's CPU unknown", -1, 5, 4, pinned, 4},
+		{"the poster's CPU, a new post", here, 5, 4, 0, left, 5, 0},
+		{"no post since the last look", here, 4, 4, 0, pinned, 4, 0},
+		{"the poster on another CPU", here + 1, 5, 4, 0, pinned, 5, 0},
+		{"the poster's CPU unknown", -1, 5, 4, 0, pinned, 4, 0},
+		{"a CQ armed since: the poster sleeps", here, 5, 4, 1, pinned, 5, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := make(chan unix.CPUSet, 1)
-			var posts uint32
+			var posts, arms uint32
 			go func() {
 				// Locked and never unlocked: the thread whose mask the
 				// test changed ends with the goroutine.
@@ -48,14 +51,15 @@ func TestKeepOffPoster(t *testing.T) {
 				var s unix.CPUSet
 				if unix.SchedSetaffinity(0, &pinned) == nil {
 					rx := &rxState{posterPosts: tc.lastPosts}
-					rx.keepOffPoster(tc.cpu, tc.posts)
-					posts = rx.posterPosts
+					rx.keepOffPoster(tc.cpu, tc.posts, tc.arms)
+					posts, arms = rx.posterPosts, rx.posterArms
 					_ = unix.SchedGetaffinity(0, &s)
 				}
 				got <- s
 			}()
 			assert.Equal(t, tc.want, <-got)
 			assert.Equal(t, tc.wantPosts, posts)
+			assert.Equal(t, tc.wantArms, arms)
 		})
 	}
 }

@@ -250,7 +250,9 @@ func TestMutedWatchWhileTokenHeld(t *testing.T) {
 func TestArmedCQKeepsSocketLoud(t *testing.T) {
 	for _, when := range []string{"armed after the polls", "armed before the polls"} {
 		t.Run(when, func(t *testing.T) {
-			p := connectPair(t, tcpPair())
+			o := tcpPair()
+			o.srvPol.RxSpin = 0 // a spinning RX goroutine mutes the socket while it spins
+			p := connectPair(t, o)
 			b, mr := p.srv.mem(4096, 0)
 			cb, cmr := p.cli.mem(4096, 0)
 			rx := p.srv.ep.rx.Load()
@@ -260,6 +262,7 @@ func TestArmedCQKeepsSocketLoud(t *testing.T) {
 				require.False(t, rx.muted.Load(), "arming left the socket muted")
 			} else {
 				p.srv.rcq.Armed()
+				require.NotZero(t, rx.arms.Load(), "the receive thread was not told (keepOffPoster)")
 				for i := uint64(1); i < 200; i++ {
 					sendRecv(t, p, b, mr, cb, cmr, i, 64, true)
 					require.False(t, rx.muted.Load(), "a poll muted the socket of an armed CQ")

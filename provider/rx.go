@@ -328,7 +328,10 @@ type rxState struct {
 	e   *Endpoint
 	tok sync.Mutex // the RX token
 
-	posterPosts uint32 // the RX goroutine's: send queue index at keepOffPoster's last look
+	// The RX goroutine's, at keepOffPoster's last look: the send queue's
+	// index, and arms.
+	posterPosts, posterArms uint32
+	arms                    atomic.Uint32 // CQs of the QP armed (Endpoint.Armed)
 
 	// Everything below belongs to the token holder.
 	ended bool // the stream is over (error, EOF, or the endpoint went down)
@@ -630,7 +633,11 @@ func (rx *rxState) armLocked() {
 // program that waits for events (rping, perftest -e) waited for it.
 func (e *Endpoint) Armed() {
 	rx := e.rx.Load()
-	if rx == nil || e.shm != nil || !rx.muted.Load() {
+	if rx == nil {
+		return
+	}
+	rx.arms.Add(1) // offcpu.go
+	if e.shm != nil || !rx.muted.Load() {
 		return
 	}
 	rx.tok.Lock()
@@ -762,7 +769,8 @@ func (rx *rxState) loop() {
 			rx.tok.Unlock()
 			spin = got && !ended && !rnr && spinAllowed(rx.spinWindow)
 			if got {
-				rx.keepOffPoster(e.qp.Poster()) // offcpu.go
+				cpu, posts := e.qp.Poster()
+				rx.keepOffPoster(cpu, posts, rx.arms.Load()) // offcpu.go
 			}
 			return ended || rnr || spin
 		})
