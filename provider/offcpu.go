@@ -26,7 +26,7 @@ import (
 // application armed a CQ of the QP since: it sleeps on the completion
 // channel, its CPU is free, and the receive thread that wakes it there
 // wakes it sooner (qperf rc_lat, which waits for events, took 45-47 µs
-// with its receive thread kept off, 38-39 without).
+// with its receive thread kept off, 36-41 without).
 
 // procCPUs is the process's CPU affinity when the library started.
 var procCPUs = func() (s unix.CPUSet) {
