@@ -77,8 +77,9 @@ func TestArmedCQ(t *testing.T) {
 	assert.False(t, f.qp.EventsArmed(), "the completion fired the event")
 }
 
-// A poller yields its P once a turn (turnEvery) has passed since the last
-// yield on the CQ, looking at the clock every turnCheck polls, and not sooner.
+// A thread that polls a CQ, or posts to a QP that completes sends into it,
+// yields its P once a turn (turnEvery) has passed since the last yield on
+// the CQ, looking at the clock every turnCheck calls, and not sooner.
 func TestSpinnerTakesSchedTurn(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
