@@ -3,6 +3,8 @@
  *
  *   sig_stress before SECS   handlers installed before the first RDMA call
  *   sig_stress after SECS    handlers installed after the connection is up
+ *   sig_stress quiet SECS    no handlers: the library's runtime must not
+ *                            interrupt the application's blocking calls
  *   sig_stress pipe          SIGPIPE left at SIG_DFL; the peer process dies
  *                            while we write: error completions, no death
  *   sig_stress peer FD       (internal) pipe's peer, spawned by pipe
@@ -309,6 +311,72 @@ static int stress(int before, double secs)
 	return failures ? 1 : 0;
 }
 
+/* ---- quiet: no signal of the application, and none of ours either -------
+ * A thread that calls into goiwarp between its own blocking calls must never
+ * see EINTR from them: the application installed no handler, so nothing
+ * should interrupt it (qperf's select failed with EINTR when the Go runtime
+ * preempted its thread with SIGURG). The client alternates a burst of Writes,
+ * busy-polled to completion, with select, poll and nanosleep of 200 us; in
+ * the second half it blocks SIGURG, so that any sent to it stays pending
+ * where sigpending sees it, not only one that lands in a blocking call. */
+static uint64_t bursts(struct ep *c, double secs, uint64_t *eintr)
+{
+	struct ibv_wc wc;
+	uint64_t n = 0;
+
+	for (double end = giw_now() + secs; giw_now() < end; n++) {
+		for (int i = 0; i < DEPTH; i++)
+			REQUIRE(post_send(c, IBV_WR_RDMA_WRITE, i, i, i == DEPTH - 1) == 0);
+		int got;
+		while ((got = ibv_poll_cq(c->cq, 1, &wc)) == 0)
+			;
+		REQUIRE(got == 1 && wc.status == IBV_WC_SUCCESS);
+
+		struct timeval tv = {0, 200};
+		struct pollfd none = {.fd = -1};
+		struct timespec ts = {0, 200000};
+		if (select(0, NULL, NULL, NULL, &tv) < 0 && errno == EINTR)
+			(*eintr)++;
+		if (poll(&none, 1, 0) < 0 && errno == EINTR)
+			(*eintr)++;
+		if (nanosleep(&ts, NULL) < 0 && errno == EINTR)
+			(*eintr)++;
+	}
+	return n;
+}
+
+static int quiet(double secs)
+{
+	struct ep s = {0}, c = {0};
+	uint64_t eintr = 0, n;
+	sigset_t urg, pending;
+
+	listen_any(&s);
+	connect_to(&c, ntohs(rdma_get_src_port(s.lid)));
+	accept_one(&s);
+	rdma_ack_cm_event(giw_expect_cm(s.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
+	rdma_ack_cm_event(giw_expect_cm(c.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
+	c.raddr = (uintptr_t)s.buf;
+	c.rkey = s.mr->rkey;
+
+	n = bursts(&c, secs / 2, &eintr);
+	sigemptyset(&urg);
+	sigaddset(&urg, SIGURG);
+	REQUIRE(pthread_sigmask(SIG_BLOCK, &urg, NULL) == 0);
+	n += bursts(&c, secs / 2, &eintr);
+	REQUIRE(sigpending(&pending) == 0);
+	int urged = sigismember(&pending, SIGURG);
+
+	printf("quiet: %.1f s, %llu bursts of %d Writes, %llu blocking calls interrupted, "
+	       "SIGURG %s\n", secs, (unsigned long long)n, DEPTH, (unsigned long long)eintr,
+	       urged ? "pending" : "not sent");
+	CHECK(n > 0);
+	CHECK(eintr == 0);
+	CHECK(!urged);
+	rdma_disconnect(c.id);
+	return failures ? 1 : 0;
+}
+
 /* ---- SIGPIPE: the peer dies while we write --------------------------------- */
 static int peer(int fd)
 {
@@ -375,10 +443,12 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IONBF, 0);
 	if (argc >= 3 && strcmp(argv[1], "peer") == 0)
 		return peer(atoi(argv[2]));
+	if (argc >= 2 && strcmp(argv[1], "quiet") == 0)
+		return quiet(argc >= 3 ? atof(argv[2]) : 5);
 	if (argc >= 2 && strcmp(argv[1], "pipe") == 0)
 		return pipe_case("/proc/self/exe");
 	if (argc >= 2 && (strcmp(argv[1], "before") == 0 || strcmp(argv[1], "after") == 0))
 		return stress(strcmp(argv[1], "before") == 0, argc >= 3 ? atof(argv[2]) : 5);
-	fprintf(stderr, "usage: sig_stress before|after [SECS] | pipe\n");
+	fprintf(stderr, "usage: sig_stress before|after|quiet [SECS] | pipe\n");
 	return 2;
 }
