@@ -160,6 +160,15 @@ func (rd *rxReader) read(p []byte) (int, error) {
 	return int(n), nil
 }
 
+// A read into a large payload carries over only the FPDU's trailer and the
+// next header or two: the rest of a large next FPDU then goes straight to
+// its target, not through the carry-over buffer and a copy (4 KiB of every
+// 64 KiB FPDU of a stream of large Writes).
+const (
+	bigRead  = 16 << 10
+	bigCarry = 256
+)
+
 // sysv reads into dst and then into the empty carry-over buffer, one readv.
 func (rd *rxReader) sysv(dst []byte) (int, error) {
 	if rd.shm != nil {
@@ -171,8 +180,12 @@ func (rd *rxReader) sysv(dst []byte) (int, error) {
 	}
 	rd.iov[0] = unix.Iovec{Base: &dst[0]}
 	rd.iov[0].SetLen(len(dst))
+	carry := len(rd.buf)
+	if len(dst) >= bigRead {
+		carry = bigCarry
+	}
 	rd.iov[1] = unix.Iovec{Base: &rd.buf[0]}
-	rd.iov[1].SetLen(len(rd.buf))
+	rd.iov[1].SetLen(carry)
 	for {
 		rd.reads++
 		n, _, errno := unix.Syscall(unix.SYS_READV, uintptr(rd.fd), uintptr(unsafe.Pointer(&rd.iov[0])), 2)
@@ -187,7 +200,7 @@ func (rd *rxReader) sysv(dst []byte) (int, error) {
 			return 0, io.EOF
 		}
 		rd.nread += uint64(n)
-		rd.drained = rd.pollerRead && int(n) < len(dst)+len(rd.buf)
+		rd.drained = rd.pollerRead && int(n) < len(dst)+carry
 		if int(n) > len(dst) {
 			rd.r, rd.w = 0, int(n)-len(dst)
 			return len(dst), nil
