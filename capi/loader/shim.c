@@ -203,8 +203,35 @@ static void load_core(void)
 	}
 }
 
+static void *load_core_thread(void *unused)
+{
+	(void)unused;
+	load_core();
+	return NULL;
+}
+
+/* The first call may come from a thread with a small stack (16 KiB is
+ * allowed): dlopen and the core's start need more than that, so the core is
+ * loaded on a thread of our own, and inline only if none can be made. */
+static void load_core_on_own_stack(void)
+{
+	pthread_attr_t attr;
+	pthread_t t;
+	int made = 0;
+
+	if (pthread_attr_init(&attr) == 0) {
+		made = pthread_attr_setstacksize(&attr, 1 << 20) == 0 &&
+		       pthread_create(&t, &attr, load_core_thread, NULL) == 0;
+		pthread_attr_destroy(&attr);
+	}
+	if (made)
+		pthread_join(t, NULL);
+	else
+		load_core();
+}
+
 void *goiwarp_loader_resolve(unsigned idx)
 {
-	pthread_once(&once, load_core);
+	pthread_once(&once, load_core_on_own_stack);
 	return __atomic_load_n(&goiwarp_loader_table[idx], __ATOMIC_ACQUIRE);
 }

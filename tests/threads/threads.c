@@ -17,6 +17,8 @@
  *                survives the resizes.
  *   destroy_qp   rdma_destroy_qp with 4096 writes queued while 3 threads poll
  *                its CQ (their empty polls call into the engine for that QP).
+ *   small_stack  a thread with a PTHREAD_STACK_MIN stack makes the process's
+ *                first call, connects, writes and closes.
  *   bench        ns per call of an empty ibv_poll_cq and of ibv_req_notify_cq
  *                (a figure, not a check).
  *
@@ -881,6 +883,53 @@ static int t_destroy_qp(void)
 	return 0;
 }
 
+/* ---- small_stack ------------------------------------------------------------ */
+
+/* The whole life of a connection on a thread with the smallest stack POSIX
+ * allows, its first call being the process's first into the library (the
+ * loader's dlopen once overflowed it). */
+static void *ss_run(void *arg)
+{
+	static struct conn c;
+	struct ibv_send_wr w = {.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
+	struct ibv_sge sg;
+	struct ibv_wc wc;
+
+	connect_pair(&c, 64, 1);
+	sg = (struct ibv_sge){.addr = (uintptr_t)c.cli.buf, .length = 8, .lkey = c.cli.mr->lkey};
+	w.sg_list = &sg;
+	w.num_sge = 1;
+	w.wr.rdma.rkey = c.srv.mr->rkey;
+	w.wr.rdma.remote_addr = (uintptr_t)c.srv.buf;
+	for (uint64_t i = 1; i <= 1000; i++) {
+		c.cli.buf[0] = i;
+		w.wr_id = i;
+		REQUIRE(ibv_post_send(c.cli.qp, &w, &bad) == 0);
+		REQUIRE(poll_one(c.cli.scq, &wc, giw_now() + DEADLINE_S) == 1);
+		REQUIRE(wc.status == IBV_WC_SUCCESS && wc.wr_id == i);
+	}
+	CHECK(c.srv.buf[0] == 1000);
+	close_pair(&c, 1);
+	*(int *)arg = 1;
+	return NULL;
+}
+
+static int t_small_stack(void)
+{
+	size_t min = (size_t)sysconf(_SC_THREAD_STACK_MIN);
+	pthread_attr_t attr;
+	pthread_t t;
+	int done = 0;
+
+	REQUIRE(pthread_attr_init(&attr) == 0);
+	REQUIRE(pthread_attr_setstacksize(&attr, min) == 0);
+	REQUIRE(pthread_create(&t, &attr, ss_run, &done) == 0);
+	REQUIRE(pthread_join(t, NULL) == 0);
+	printf("small_stack: a %zu-byte stack connected, wrote 1,000 times and closed\n", min);
+	CHECK(done);
+	return 0;
+}
+
 /* ---- bench ---------------------------------------------------------------- */
 
 /* The best of 5 rounds of n calls: the machine is shared, the least
@@ -935,7 +984,7 @@ static int t_bench(void)
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: threads post_poll|cq_event|cm_event|resize|bench\n");
+		fprintf(stderr, "usage: threads post_poll|cq_event|cm_event|resize|destroy_qp|small_stack|bench\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "post_poll"))
@@ -948,6 +997,8 @@ int main(int argc, char **argv)
 		t_resize();
 	else if (!strcmp(argv[1], "destroy_qp"))
 		t_destroy_qp();
+	else if (!strcmp(argv[1], "small_stack"))
+		t_small_stack();
 	else if (!strcmp(argv[1], "bench"))
 		t_bench();
 	else {
