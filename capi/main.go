@@ -11,12 +11,31 @@ package main
 import "C"
 
 import (
+	"os"
+
 	"github.com/goiwarp/goiwarp/provider"
 	"github.com/goiwarp/goiwarp/verbs"
 )
 
-// QPs that programs connect with ibv_modify_qp alone (no CM) get their
-// numbers and their streams from the provider.
-func init() { verbs.SetConnector(provider.CMLess) }
+func init() {
+	// QPs that programs connect with ibv_modify_qp alone (no CM) get their
+	// numbers and their streams from the provider.
+	verbs.SetConnector(provider.CMLess)
+	startNetpoller()
+}
+
+// startNetpoller starts the runtime's netpoller now, with the core: it is
+// otherwise started by the first socket, and if the process's descriptors
+// run out then, the runtime cannot make its epoll and eventfd and kills the
+// process ("runtime: eventfd failed") where the socket's EMFILE was due. A
+// pipe is the cheapest pollable file.
+func startNetpoller() {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return // the first socket tries again
+	}
+	r.Close()
+	w.Close()
+}
 
 func main() {}
