@@ -145,6 +145,17 @@ static void accept_one(struct ep *s)
 	REQUIRE(rdma_accept(s->id, &cp) == 0);
 }
 
+/* Both ends in this process: c writes into s's buffer. */
+static void connect_local(struct ep *s, struct ep *c)
+{
+	connect_to(c, listen_any(s));
+	accept_one(s);
+	rdma_ack_cm_event(giw_expect_cm(s->ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
+	rdma_ack_cm_event(giw_expect_cm(c->ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
+	c->raddr = (uintptr_t)s->buf;
+	c->rkey = s->mr->rkey;
+}
+
 static void post_recv(struct ep *e, int slot)
 {
 	struct ibv_sge s = {.addr = (uintptr_t)e->buf + slot * MSG, .length = MSG, .lkey = e->mr->lkey};
@@ -267,18 +278,11 @@ static int stress(int before, double secs)
 {
 	struct ep s = {0}, c = {0};
 	struct itimerval it = {.it_interval = {0, 100}, .it_value = {0, 100}};
-	uint16_t port;
 	int rounds = 0, lost = 0;
 
 	if (before)
 		install_handlers();
-	port = listen_any(&s);
-	connect_to(&c, port);
-	accept_one(&s);
-	rdma_ack_cm_event(giw_expect_cm(s.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
-	rdma_ack_cm_event(giw_expect_cm(c.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
-	c.raddr = (uintptr_t)s.buf;
-	c.rkey = s.mr->rkey;
+	connect_local(&s, &c);
 	if (!before)
 		install_handlers();
 
@@ -351,13 +355,7 @@ static int quiet(double secs)
 	uint64_t eintr = 0, n;
 	sigset_t urg, pending;
 
-	listen_any(&s);
-	connect_to(&c, ntohs(rdma_get_src_port(s.lid)));
-	accept_one(&s);
-	rdma_ack_cm_event(giw_expect_cm(s.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
-	rdma_ack_cm_event(giw_expect_cm(c.ch, RDMA_CM_EVENT_ESTABLISHED, 10000));
-	c.raddr = (uintptr_t)s.buf;
-	c.rkey = s.mr->rkey;
+	connect_local(&s, &c);
 
 	n = bursts(&c, secs / 2, &eintr);
 	sigemptyset(&urg);
