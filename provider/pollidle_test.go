@@ -158,6 +158,52 @@ func TestMutedBulkArrival(t *testing.T) {
 	}
 }
 
+// The muted socket's mark follows its receive buffer (a quarter of it, at
+// least mutedLowat), set when pollers mute it and raised by the RX
+// goroutine when a stream crosses it after autotuning grew the buffer; a
+// message larger than the mark still completes, read by pollers or, once
+// they stop, by the RX goroutine.
+func TestMutedMarkFollowsReceiveBuffer(t *testing.T) {
+	for _, poll := range []bool{true, false} {
+		name := map[bool]string{true: "pollers-read", false: "pollers-stop"}[poll]
+		t.Run(name, func(t *testing.T) {
+			p := connectPair(t, tcpPair())
+			ep := p.srv.ep
+			rx := ep.rx.Load()
+			rcvbuf := func(set int) int {
+				var v int
+				require.NoError(t, ep.rc.Control(func(fd uintptr) {
+					if set > 0 {
+						require.NoError(t, unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, set))
+					}
+					v, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+				}))
+				return v
+			}
+			small := rcvbuf(1 << 20)
+			b, mr := p.srv.mem(4<<20, 0)
+			cb, cmr := p.cli.mem(4<<20, 0)
+			muteByPolling(t, p, b, mr, cb, cmr)
+			require.Equal(t, small/4, lowat(ep), "muted: a quarter of the receive buffer")
+
+			big := rcvbuf(4 << 20)
+			rx.tok.Lock()
+			require.True(t, rx.muted.Load())
+			require.NoError(t, ep.rc.Control(rx.raiseMark))
+			rx.tok.Unlock()
+			require.Equal(t, big/4, lowat(ep), "the mark follows the grown buffer")
+
+			n := big / 4 * 3 / 2 // crosses the mark
+			for i := range n {
+				cb[i] = byte(i * 7)
+			}
+			c := sendRecv(t, p, b, mr, cb, cmr, 9000, n, poll)
+			require.EqualValues(t, n, c.ByteLen)
+			require.Equal(t, cb[:n], b[:n])
+		})
+	}
+}
+
 // A poller's read that comes back short took all the socket held, so the
 // poller stops there rather than reading again to be told EAGAIN: the
 // syscall it saves stands between a message's arrival and its completion.

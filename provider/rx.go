@@ -426,14 +426,14 @@ type rxState struct {
 	polls      atomic.Uint64
 	watchPolls uint64
 	spinWindow time.Duration // Policy.RxSpin (rxspin.go)
+	mark       int           // SO_RCVLOWAT as last set (token)
 }
 
-// mutedLowat is SO_RCVLOWAT while muted: more than the small messages of a
-// latency-bound exchange (a bulk stream still wakes the netpoller now and
-// then, and the RX goroutine goes back to sleep: see loop), and small
-// enough that the kernel neither grows the receive buffer nor clamps the
-// window to it (it does both for a mark whose window the buffer cannot
-// hold: tcp_set_rcvlowat).
+// mutedLowat is the least SO_RCVLOWAT while muted (mutedMark): more than
+// the small messages of a latency-bound exchange, and small enough for the
+// initial receive buffer, so that the kernel neither grows the buffer nor
+// clamps the window to the mark (it does both for a mark whose window the
+// buffer cannot hold: tcp_set_rcvlowat).
 const mutedLowat = 32 << 10
 
 // mutedWatch is how often the RX goroutine checks that pollers still come
@@ -593,14 +593,41 @@ func (e *Endpoint) Progress() bool {
 func (rx *rxState) setMuted(fd uintptr, on bool) {
 	lowat := 1
 	if on {
-		lowat = mutedLowat
+		lowat = mutedMark(fd)
 	}
 	if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, lowat) != nil {
 		return
 	}
 	rx.muted.Store(on)
+	rx.mark = lowat
 	if on {
 		rx.armLocked()
+	}
+}
+
+// mutedMark is the mark of a muted socket: mutedLowat, or a quarter of
+// the receive buffer once autotuning has grown it, so that a stream of
+// large messages, which the pollers drain as it comes, does not cross the
+// mark either: each crossing wakes the netpoller's thread, which then takes
+// the CPU of a polling thread of its own process (ib_send_bw 64 KiB, with
+// server and client in sessions of their own, hence scheduling groups of
+// their own: about 1,200 preemptions of the server's polling thread a
+// second). A quarter keeps the mark's window within what the buffer holds
+// (see mutedLowat).
+func mutedMark(fd uintptr) int {
+	rcvbuf, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+	if err != nil {
+		return mutedLowat
+	}
+	return max(mutedLowat, rcvbuf/4)
+}
+
+// raiseMark is the RX goroutine's answer to a wake-up of a muted socket
+// (token held): the stream crossed the mark, so the mark follows the
+// receive buffer if autotuning grew it since.
+func (rx *rxState) raiseMark(fd uintptr) {
+	if m := mutedMark(fd); m > rx.mark && unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, m) == nil {
+		rx.mark = m
 	}
 }
 
@@ -770,6 +797,12 @@ func (rx *rxState) loop() {
 				// cores ib_read_bw's requester ran at 0.6x). The watch
 				// (armLocked) lowers the mark if they stop coming,
 				// which signals what is left to this goroutine.
+				if rx.tok.TryLock() {
+					if rx.muted.Load() && !rx.ended {
+						rx.raiseMark(fd)
+					}
+					rx.tok.Unlock()
+				}
 				return false
 			}
 			rx.tok.Lock()
