@@ -10,32 +10,42 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// quietPair is a TCP pair whose RX goroutines do not spin: a spinner holds
-// the RX token now and then, and a poller that finds it taken reads nothing.
-func quietPair() pairOpts {
+// noSpinPair is a TCP pair whose RX goroutines do not spin: a spinner holds
+// the RX token now and then (a poller that finds it taken reads nothing),
+// and mutes the socket while it spins.
+func noSpinPair() pairOpts {
 	o := tcpPair()
 	o.cliPol.RxSpin, o.srvPol.RxSpin = 0, 0
 	return o
+}
+
+// goQuiet polls the server's receive CQ until its pollers stop reading the
+// socket; nothing is sent meanwhile.
+func goQuiet(t *testing.T, p *pair) {
+	rx := p.srv.ep.rx.Load()
+	for range 2 { // what the connection's set-up left to read, late bytes too
+		for p.srv.rcq.Progress() {
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The RX goroutine may still read a last bit of the set-up (and reset
+	// the count): poll until the limit is reached, a bounded number of times.
+	for i := 0; rx.idlePolls.Load() < pollIdleLimit; i++ {
+		require.Less(t, i, 100*pollIdleLimit, "the pollers never went quiet")
+		require.False(t, p.srv.rcq.Progress(), "nothing has arrived")
+	}
 }
 
 // Pollers of a quiet connection stop reading its socket after pollIdleLimit
 // empty reads (each one a syscall); what arrives then is read by the RX
 // goroutine on the netpoller's wake-up, after which pollers read again.
 func TestQuietPollerLeavesSocketToNetpoller(t *testing.T) {
-	p := connectPair(t, quietPair())
+	p := connectPair(t, noSpinPair())
 	b, mr := p.srv.mem(4096, 0)
 	cb, cmr := p.cli.mem(4096, 0)
 	p.srv.postRecv(rqe(1, sge(mr, b, 0, 64)))
 	rx := p.srv.ep.rx.Load()
-
-	for p.srv.rcq.Progress() { // what the connection's set-up left to read
-	}
-	// The RX goroutine may still read a last bit of the set-up (and reset
-	// the count): poll until the limit is reached, a bounded number of times.
-	for i := 0; rx.idlePolls.Load() < pollIdleLimit; i++ {
-		require.Less(t, i, 100*pollIdleLimit, "the pollers never went quiet")
-		p.srv.rcq.Progress() // may still read a late byte of the set-up
-	}
+	goQuiet(t, p)
 	nread := func() uint64 { rx.tok.Lock(); defer rx.tok.Unlock(); return rx.rd.nread }
 	before := nread()
 	require.False(t, p.srv.rcq.Progress())
@@ -55,19 +65,14 @@ func TestQuietPollerLeavesSocketToNetpoller(t *testing.T) {
 // so that a message the RX goroutine is slow to read (its thread waiting for
 // the CPU the polling thread holds) is found by the pollers themselves.
 func TestQuietPollerProbes(t *testing.T) {
-	p := connectPair(t, quietPair())
+	p := connectPair(t, noSpinPair())
 	rx := p.srv.ep.rx.Load()
-	for p.srv.rcq.Progress() {
-	}
-	for i := 0; rx.idlePolls.Load() < pollIdleLimit; i++ {
-		require.Less(t, i, 100*pollIdleLimit, "the pollers never went quiet")
-		p.srv.rcq.Progress() // may still read a late byte of the set-up
-	}
+	goQuiet(t, p)
 	// Visits that pass the quiet check and take the token (polls) read;
 	// one of them may find the token held by the RX goroutine.
 	before := rx.polls.Load()
 	for range 4 * pollQuietProbe {
-		p.srv.rcq.Progress()
+		require.False(t, p.srv.rcq.Progress(), "nothing has arrived")
 	}
 	require.InDelta(t, 4, rx.polls.Load()-before, 1, "one read in pollQuietProbe quiet visits")
 }
@@ -76,7 +81,7 @@ func TestQuietPollerProbes(t *testing.T) {
 // is due: it is sure to come, and on a busy machine the RX goroutine may not
 // run for a while.
 func TestQuietPollerReadsForDueResponse(t *testing.T) {
-	p := connectPair(t, quietPair())
+	p := connectPair(t, noSpinPair())
 	ep := p.cli.ep
 	// The initiator starts its receive path just after it reports Established.
 	require.Eventually(t, func() bool { return ep.rx.Load() != nil }, 5*time.Second, time.Millisecond)
@@ -88,13 +93,14 @@ func TestQuietPollerReadsForDueResponse(t *testing.T) {
 	defer ep.tx.ordOut.Store(0)
 	// The poll read the socket (pollIdleLimit+1), unless the RX goroutine
 	// read a late byte of the set-up meanwhile (0) or held the token then
-	// (a few tries, fewer than a quiet poller's probe takes); returning
-	// early leaves the count alone.
-	for range 64 {
-		p.cli.scq.Progress()
+	// (tries spread over tens of milliseconds, fewer than a quiet poller's
+	// probe takes); returning early leaves the count alone.
+	for range pollQuietProbe / 2 {
+		require.False(t, p.cli.scq.Progress(), "nothing has arrived")
 		if rx.idlePolls.Load() != pollIdleLimit {
 			break
 		}
+		time.Sleep(50 * time.Microsecond)
 	}
 	require.NotEqual(t, uint32(pollIdleLimit), rx.idlePolls.Load(), "the poller read the socket")
 }
@@ -148,7 +154,7 @@ func lowat(e *Endpoint) int {
 func TestPolledSocketMuted(t *testing.T) {
 	for _, how := range []string{"pollers-stop", "idle-limit"} {
 		t.Run(how, func(t *testing.T) {
-			p := connectPair(t, tcpPair())
+			p := connectPair(t, noSpinPair())
 			b, mr := p.srv.mem(4096, 0)
 			cb, cmr := p.cli.mem(4096, 0)
 			rx := p.srv.ep.rx.Load()
@@ -179,7 +185,7 @@ func TestMutedBulkArrival(t *testing.T) {
 	for _, poll := range []bool{true, false} {
 		name := map[bool]string{true: "pollers-read", false: "pollers-stop"}[poll]
 		t.Run(name, func(t *testing.T) {
-			p := connectPair(t, tcpPair())
+			p := connectPair(t, noSpinPair())
 			b, mr := p.srv.mem(size, 0)
 			cb, cmr := p.cli.mem(size, 0)
 			muteByPolling(t, p, b, mr, cb, cmr)
@@ -202,7 +208,7 @@ func TestMutedMarkFollowsReceiveBuffer(t *testing.T) {
 	for _, poll := range []bool{true, false} {
 		name := map[bool]string{true: "pollers-read", false: "pollers-stop"}[poll]
 		t.Run(name, func(t *testing.T) {
-			p := connectPair(t, tcpPair())
+			p := connectPair(t, noSpinPair())
 			ep := p.srv.ep
 			rx := ep.rx.Load()
 			rcvbuf := func(set int) int {
@@ -224,7 +230,7 @@ func TestMutedMarkFollowsReceiveBuffer(t *testing.T) {
 			big := rcvbuf(4 << 20)
 			rx.tok.Lock()
 			require.True(t, rx.muted.Load())
-			require.NoError(t, ep.rc.Control(rx.raiseMark))
+			require.NoError(t, ep.rc.Control(raiseMark))
 			rx.tok.Unlock()
 			require.Equal(t, big/4, lowat(ep), "the mark follows the grown buffer")
 
@@ -361,9 +367,7 @@ func TestArmedCQKeepsSocketLoud(t *testing.T) {
 // work (that poller waits on the CQ and comes back), the short one after a
 // poller only placed a Write (it came for something else).
 func TestMutedWatchFollowsWhatPollerFound(t *testing.T) {
-	o := tcpPair()
-	o.srvPol.RxSpin = 0 // a spinning RX goroutine mutes the socket too, leaving the watch as it was
-	p := connectPair(t, o)
+	p := connectPair(t, noSpinPair()) // a spinner's mute leaves the watch as it was
 	b, mr := p.srv.mem(4096, verbs.AccessRemoteWrite)
 	cb, cmr := p.cli.mem(4096, 0)
 	rx := p.srv.ep.rx.Load()

@@ -404,13 +404,12 @@ type rxState struct {
 	// timeout) even if nobody polls any more.
 	rnrKick atomic.Bool
 
-	// idlePolls counts pollers' reads in a row that found nothing; from
-	// pollIdleLimit on, pollers stop reading (a syscall per empty poll),
-	// unless a Read or Atomic Response is due, until the RX goroutine,
-	// woken by the netpoller, reads something -- or one of their visits
-	// in pollQuietProbe, counted by quietPolls, finds it first.
-	idlePolls  atomic.Uint32
-	quietPolls atomic.Uint32
+	// idlePolls counts pollers' visits in a row that found nothing; from
+	// pollIdleLimit on, pollers read only once in pollQuietProbe visits
+	// (a syscall per empty poll), unless a Read or Atomic Response is
+	// due, until they or the RX goroutine, woken by the netpoller, read
+	// something.
+	idlePolls atomic.Uint32
 
 	// muted: pollers are reading the socket, and its SO_RCVLOWAT is raised
 	// so that what arrives meanwhile wakes no thread. Otherwise every
@@ -428,7 +427,6 @@ type rxState struct {
 	polls      atomic.Uint64
 	watchPolls uint64
 	spinWindow time.Duration // Policy.RxSpin (rxspin.go)
-	mark       int           // SO_RCVLOWAT as last set (token)
 }
 
 // mutedLowat is the least SO_RCVLOWAT while muted (mutedMark): more than
@@ -573,7 +571,7 @@ func (e *Endpoint) Progress() bool {
 	if e.shm != nil {
 		return rx.progressShm() || did
 	}
-	if e.tx.ordOut.Load() == 0 && rx.idlePolls.Load() >= pollIdleLimit && rx.quietPolls.Add(1)%pollQuietProbe != 0 {
+	if e.tx.ordOut.Load() == 0 && rx.idlePolls.Load() >= pollIdleLimit && rx.idlePolls.Add(1)%pollQuietProbe != 0 {
 		return did
 	}
 	// No life lock here (fail, called from the pump, may wake the
@@ -615,7 +613,6 @@ func (rx *rxState) setMuted(fd uintptr, on bool) {
 		return
 	}
 	rx.muted.Store(on)
-	rx.mark = lowat
 	if on {
 		rx.armLocked()
 	}
@@ -641,10 +638,8 @@ func mutedMark(fd uintptr) int {
 // raiseMark is the RX goroutine's answer to a wake-up of a muted socket
 // (token held): the stream crossed the mark, so the mark follows the
 // receive buffer if autotuning grew it since.
-func (rx *rxState) raiseMark(fd uintptr) {
-	if m := mutedMark(fd); m > rx.mark && unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, m) == nil {
-		rx.mark = m
-	}
+func raiseMark(fd uintptr) {
+	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, mutedMark(fd))
 }
 
 // watchBusyMax bounds how many watches in a row the RX goroutine skips
@@ -815,7 +810,7 @@ func (rx *rxState) loop() {
 				// which signals what is left to this goroutine.
 				if rx.tok.TryLock() {
 					if rx.muted.Load() && !rx.ended {
-						rx.raiseMark(fd)
+						raiseMark(fd)
 					}
 					rx.tok.Unlock()
 				}
