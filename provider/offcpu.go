@@ -1,6 +1,9 @@
 package provider
 
 import (
+	"slices"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -27,6 +30,19 @@ import (
 // channel, its CPU is free, and the receive thread that wakes it there
 // wakes it sooner (qperf rc_lat, which waits for events, took 45-47 µs
 // with its receive thread kept off, 36-41 without).
+//
+// A thread so pinned is one of the runtime's, which later runs any
+// goroutine, and the scheduler can no longer move it to the CPU its own
+// process's spinner shares fairly. Where the CPU it is left is another
+// process's spinner's, in a scheduling group of its own (a server started
+// in a session of its own, sched_autogroup), it gets that CPU a few
+// milliseconds in tens: ib_read_bw's requester had a pinned thread
+// holding its RX token, ready but not running, while its poller found
+// the token taken and 8 MB waited in the socket -- stalls of 0.1 to 8 s
+// (bench/README.md); ib_write_bw -b's, placing Writes between posts, too.
+// So only a ping-pong's wake-up -- one that completed nothing, a few posts
+// since the last -- pins a thread; any other releases every thread pinned
+// so far.
 
 // procCPUs is the process's CPU affinity when the library started.
 var procCPUs = func() (s unix.CPUSet) {
@@ -37,23 +53,68 @@ var procCPUs = func() (s unix.CPUSet) {
 }()
 
 // keepOffPoster runs on the RX goroutine after a wake-up that placed data;
-// cpu and posts are the QP's (verbs.QP.Poster), arms rx.arms.
-func (rx *rxState) keepOffPoster(cpu int, posts, arms uint32) {
+// cpu and posts are the QP's (verbs.QP.Poster), arms rx.arms, completed
+// says the wake-up completed work.
+func (rx *rxState) keepOffPoster(cpu int, posts, arms uint32, completed bool) {
+	if completed || posts-rx.posterPosts > pinPostsMax {
+		// The application takes its arrivals from a CQ, or streams.
+		rx.posterPosts = posts
+		releasePinned()
+		return
+	}
 	if posts == rx.posterPosts || cpu < 0 {
 		return // no post since: nobody is known to wait for this QP's arrivals
 	}
 	rx.posterPosts = posts
 	if arms != rx.posterArms {
 		rx.posterArms = arms
+		releasePinned()
 		return // it waits for events, not spinning
 	}
 	var here uint32
 	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&here)), 0, 0); errno != 0 || int(here) != cpu {
 		return
 	}
-	if set, ok := offCPU(procCPUs, cpu); ok {
-		_ = unix.SchedSetaffinity(0, &set)
+	if set, ok := offCPU(procCPUs, cpu); ok && unix.SchedSetaffinity(0, &set) == nil {
+		notePinned(unix.Gettid())
 	}
+}
+
+// pinned lists the threads keepOffPoster took off a CPU; pinnedAny says
+// the list is not empty (the check on every other wake-up).
+var (
+	pinned struct {
+		sync.Mutex
+		tids []int
+	}
+	pinnedAny atomic.Bool
+)
+
+func notePinned(tid int) {
+	pinned.Lock()
+	if !slices.Contains(pinned.tids, tid) {
+		pinned.tids = append(pinned.tids, tid)
+	}
+	pinnedAny.Store(true)
+	pinned.Unlock()
+}
+
+// releasePinned gives every pinned thread the process's CPUs back. A thread
+// that has exited is skipped: the signal-0 probe finds only this process's
+// threads, so a TID reused elsewhere is left alone.
+func releasePinned() {
+	if !pinnedAny.Load() {
+		return
+	}
+	pinned.Lock()
+	for _, tid := range pinned.tids {
+		if unix.Tgkill(unix.Getpid(), tid, 0) == nil {
+			_ = unix.SchedSetaffinity(tid, &procCPUs)
+		}
+	}
+	pinned.tids = pinned.tids[:0]
+	pinnedAny.Store(false)
+	pinned.Unlock()
 }
 
 // offCPU is procs less cpu, if that leaves any.
@@ -61,3 +122,8 @@ func offCPU(procs unix.CPUSet, cpu int) (unix.CPUSet, bool) {
 	procs.Clear(cpu)
 	return procs, procs.Count() > 0
 }
+
+// pinPostsMax: more posts than this between two of the RX goroutine's
+// reads are a stream, not a ping-pong (which posts one message for each it
+// waits for: ib_write_lat).
+const pinPostsMax = 4

@@ -9,9 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// After placing data for a QP whose application posted since the last
-// look and armed none of its CQs, a receive thread on the poster's CPU
-// leaves that CPU; in every other case it stays where it is.
+// After placing data that completed nothing for a QP whose application
+// posted since the last look (a few messages, as a ping-pong does) and
+// armed none of its CQs, a receive thread on the poster's CPU leaves that
+// CPU; in every other case it stays where it is.
 func TestKeepOffPoster(t *testing.T) {
 	if procCPUs.Count() < 2 {
 		t.Skip("one CPU: nowhere to go")
@@ -31,15 +32,19 @@ func TestKeepOffPoster(t *testing.T) {
 		posts     uint32
 		lastPosts uint32
 		arms      uint32
+		completed bool
 		want      unix.CPUSet
 		wantPosts uint32
 		wantArms  uint32
 	}{
-		{"the poster's CPU, a new post", here, 5, 4, 0, left, 5, 0},
-		{"no post since the last look", here, 4, 4, 0, pinned, 4, 0},
-		{"the poster on another CPU", here + 1, 5, 4, 0, pinned, 5, 0},
-		{"the poster's CPU unknown", -1, 5, 4, 0, pinned, 4, 0},
-		{"a CQ armed since: the poster sleeps", here, 5, 4, 1, pinned, 5, 1},
+		{"the poster's CPU, a new post", here, 5, 4, 0, false, left, 5, 0},
+		{"no post since the last look", here, 4, 4, 0, false, pinned, 4, 0},
+		{"the poster on another CPU", here + 1, 5, 4, 0, false, pinned, 5, 0},
+		{"the poster's CPU unknown", -1, 5, 4, 0, false, pinned, 4, 0},
+		{"a CQ armed since: the poster sleeps", here, 5, 4, 1, false, pinned, 5, 1},
+		{"the wake-up completed work", here, 5, 4, 0, true, pinned, 5, 0},
+		{"a stream: many posts since", here, 4 + pinPostsMax + 1, 4, 0, false, pinned, 4 + pinPostsMax + 1, 0},
+		{"a few posts since", here, 4 + pinPostsMax, 4, 0, false, left, 4 + pinPostsMax, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := make(chan unix.CPUSet, 1)
@@ -51,7 +56,7 @@ func TestKeepOffPoster(t *testing.T) {
 				var s unix.CPUSet
 				if unix.SchedSetaffinity(0, &pinned) == nil {
 					rx := &rxState{posterPosts: tc.lastPosts}
-					rx.keepOffPoster(tc.cpu, tc.posts, tc.arms)
+					rx.keepOffPoster(tc.cpu, tc.posts, tc.arms, tc.completed)
 					posts, arms = rx.posterPosts, rx.posterArms
 					_ = unix.SchedGetaffinity(0, &s)
 				}
@@ -62,6 +67,51 @@ func TestKeepOffPoster(t *testing.T) {
 			assert.Equal(t, tc.wantArms, arms)
 		})
 	}
+}
+
+// A thread keepOffPoster pinned gets the process's CPUs back at the first
+// look that finds no ping-pong, made by whichever thread: pinned threads
+// starve beside another process's spinner.
+func TestPinnedThreadsReleased(t *testing.T) {
+	if procCPUs.Count() < 2 {
+		t.Skip("one CPU: nowhere to go")
+	}
+	here := -1
+	for c := 0; here < 0; c++ {
+		if procCPUs.IsSet(c) {
+			here = c
+		}
+	}
+	left, _ := offCPU(procCPUs, here)
+	tidc, done := make(chan int), make(chan struct{})
+	defer close(done)
+	go func() {
+		// Locked and never unlocked: the thread whose mask the test
+		// changed ends with the goroutine.
+		runtime.LockOSThread()
+		on := unix.CPUSet{}
+		on.Set(here)
+		if unix.SchedSetaffinity(0, &on) != nil {
+			tidc <- -1
+			return
+		}
+		rx := &rxState{posterPosts: 4}
+		rx.keepOffPoster(here, 5, 0, false)
+		tidc <- unix.Gettid()
+		<-done
+	}()
+	tid := <-tidc
+	require.Positive(t, tid)
+	mask := func() (s unix.CPUSet) {
+		require.NoError(t, unix.SchedGetaffinity(tid, &s))
+		return s
+	}
+	require.Equal(t, left, mask(), "pinned off the poster's CPU")
+	require.True(t, pinnedAny.Load())
+
+	(&rxState{}).keepOffPoster(here, 6, 0, true)
+	assert.Equal(t, procCPUs, mask(), "released by another thread's look")
+	assert.False(t, pinnedAny.Load())
 }
 
 func TestOffCPU(t *testing.T) {

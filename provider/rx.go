@@ -817,17 +817,19 @@ func (rx *rxState) loop() {
 				return false
 			}
 			rx.tok.Lock()
+			rx.completed = false
 			got := rx.pump(fd)
 			if got {
 				rx.idlePolls.Store(0) // pollers read again
 			}
+			completed := rx.completed
 			ended = rx.ended
 			rnr, since = rx.rnrWait && !ended, rx.rnrSince
 			rx.tok.Unlock()
 			spin = got && !ended && !rnr && spinAllowed(rx.spinWindow)
 			if got {
 				cpu, posts := e.qp.Poster()
-				rx.keepOffPoster(cpu, posts, rx.arms.Load()) // offcpu.go
+				rx.keepOffPoster(cpu, posts, rx.arms.Load(), completed) // offcpu.go
 			}
 			return ended || rnr || spin
 		})
