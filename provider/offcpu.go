@@ -40,9 +40,9 @@ import (
 // holding its RX token, ready but not running, while its poller found
 // the token taken and 8 MB waited in the socket -- stalls of 0.1 to 8 s
 // (bench/README.md); ib_write_bw -b's, placing Writes between posts, too.
-// So only a ping-pong's wake-up -- one that completed nothing, a few posts
-// since the last -- pins a thread; any other releases every thread pinned
-// so far.
+// So only a ping-pong -- wake-ups in a row that completed nothing, each a
+// few posts after the last -- pins a thread; any other wake-up releases
+// every thread pinned so far.
 
 // procCPUs is the process's CPU affinity when the library started.
 var procCPUs = func() (s unix.CPUSet) {
@@ -58,7 +58,7 @@ var procCPUs = func() (s unix.CPUSet) {
 func (rx *rxState) keepOffPoster(cpu int, posts, arms uint32, completed bool) {
 	if completed || posts-rx.posterPosts > pinPostsMax {
 		// The application takes its arrivals from a CQ, or streams.
-		rx.posterPosts = posts
+		rx.posterPosts, rx.pingPongs = posts, 0
 		releasePinned()
 		return
 	}
@@ -67,9 +67,13 @@ func (rx *rxState) keepOffPoster(cpu int, posts, arms uint32, completed bool) {
 	}
 	rx.posterPosts = posts
 	if arms != rx.posterArms {
-		rx.posterArms = arms
+		rx.posterArms, rx.pingPongs = arms, 0
 		releasePinned()
 		return // it waits for events, not spinning
+	}
+	if rx.pingPongs < pinAfter {
+		rx.pingPongs++
+		return
 	}
 	var here uint32
 	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&here)), 0, 0); errno != 0 || int(here) != cpu {
@@ -125,5 +129,10 @@ func offCPU(procs unix.CPUSet, cpu int) (unix.CPUSet, bool) {
 
 // pinPostsMax: more posts than this between two of the RX goroutine's
 // reads are a stream, not a ping-pong (which posts one message for each it
-// waits for: ib_write_lat).
-const pinPostsMax = 4
+// waits for: ib_write_lat). pinAfter: so many such reads in a row make a
+// ping-pong (ib_send_bw's sender sees a pair of the receiver's occasional
+// messages close together now and then).
+const (
+	pinPostsMax = 4
+	pinAfter    = 16
+)

@@ -9,8 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// After placing data that completed nothing for a QP whose application
-// posted since the last look (a few messages, as a ping-pong does) and
+// After pinAfter wake-ups in a row that placed data, completed nothing and
+// came a few posts after the last (a ping-pong), for a QP whose application
 // armed none of its CQs, a receive thread on the poster's CPU leaves that
 // CPU; in every other case it stays where it is.
 func TestKeepOffPoster(t *testing.T) {
@@ -33,18 +33,20 @@ func TestKeepOffPoster(t *testing.T) {
 		lastPosts uint32
 		arms      uint32
 		completed bool
+		streak    uint32
 		want      unix.CPUSet
 		wantPosts uint32
 		wantArms  uint32
 	}{
-		{"the poster's CPU, a new post", here, 5, 4, 0, false, left, 5, 0},
-		{"no post since the last look", here, 4, 4, 0, false, pinned, 4, 0},
-		{"the poster on another CPU", here + 1, 5, 4, 0, false, pinned, 5, 0},
-		{"the poster's CPU unknown", -1, 5, 4, 0, false, pinned, 4, 0},
-		{"a CQ armed since: the poster sleeps", here, 5, 4, 1, false, pinned, 5, 1},
-		{"the wake-up completed work", here, 5, 4, 0, true, pinned, 5, 0},
-		{"a stream: many posts since", here, 4 + pinPostsMax + 1, 4, 0, false, pinned, 4 + pinPostsMax + 1, 0},
-		{"a few posts since", here, 4 + pinPostsMax, 4, 0, false, left, 4 + pinPostsMax, 0},
+		{"the poster's CPU, a new post", here, 5, 4, 0, false, pinAfter, left, 5, 0},
+		{"a ping-pong not yet seen long enough", here, 5, 4, 0, false, pinAfter - 1, pinned, 5, 0},
+		{"no post since the last look", here, 4, 4, 0, false, pinAfter, pinned, 4, 0},
+		{"the poster on another CPU", here + 1, 5, 4, 0, false, pinAfter, pinned, 5, 0},
+		{"the poster's CPU unknown", -1, 5, 4, 0, false, pinAfter, pinned, 4, 0},
+		{"a CQ armed since: the poster sleeps", here, 5, 4, 1, false, pinAfter, pinned, 5, 1},
+		{"the wake-up completed work", here, 5, 4, 0, true, pinAfter, pinned, 5, 0},
+		{"a stream: many posts since", here, 4 + pinPostsMax + 1, 4, 0, false, pinAfter, pinned, 4 + pinPostsMax + 1, 0},
+		{"a few posts since", here, 4 + pinPostsMax, 4, 0, false, pinAfter, left, 4 + pinPostsMax, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := make(chan unix.CPUSet, 1)
@@ -55,7 +57,7 @@ func TestKeepOffPoster(t *testing.T) {
 				runtime.LockOSThread()
 				var s unix.CPUSet
 				if unix.SchedSetaffinity(0, &pinned) == nil {
-					rx := &rxState{posterPosts: tc.lastPosts}
+					rx := &rxState{posterPosts: tc.lastPosts, pingPongs: tc.streak}
 					rx.keepOffPoster(tc.cpu, tc.posts, tc.arms, tc.completed)
 					posts, arms = rx.posterPosts, rx.posterArms
 					_ = unix.SchedGetaffinity(0, &s)
@@ -96,7 +98,9 @@ func TestPinnedThreadsReleased(t *testing.T) {
 			return
 		}
 		rx := &rxState{posterPosts: 4}
-		rx.keepOffPoster(here, 5, 0, false)
+		for i := range uint32(pinAfter + 1) {
+			rx.keepOffPoster(here, 5+i, 0, false)
+		}
 		tidc <- unix.Gettid()
 		<-done
 	}()

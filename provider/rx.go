@@ -342,8 +342,9 @@ type rxState struct {
 	tok sync.Mutex // the RX token
 
 	// The RX goroutine's, at keepOffPoster's last look: the send queue's
-	// index, and arms.
+	// index, and arms; and how many looks in a row were a ping-pong's.
 	posterPosts, posterArms uint32
+	pingPongs               uint32        // such looks in a row (pinAfter)
 	arms                    atomic.Uint32 // CQs of the QP armed (Endpoint.Armed)
 
 	// Everything below belongs to the token holder.
