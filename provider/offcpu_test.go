@@ -14,15 +14,7 @@ import (
 // armed none of its CQs, a receive thread on the poster's CPU leaves that
 // CPU; in every other case it stays where it is.
 func TestKeepOffPoster(t *testing.T) {
-	if procCPUs.Count() < 2 {
-		t.Skip("one CPU: nowhere to go")
-	}
-	here := -1
-	for c := 0; here < 0; c++ {
-		if procCPUs.IsSet(c) {
-			here = c
-		}
-	}
+	here := firstCPU(t)
 	pinned := unix.CPUSet{}
 	pinned.Set(here)
 	left, _ := offCPU(procCPUs, here)
@@ -75,15 +67,7 @@ func TestKeepOffPoster(t *testing.T) {
 // look that finds no ping-pong, made by whichever thread: pinned threads
 // starve beside another process's spinner.
 func TestPinnedThreadsReleased(t *testing.T) {
-	if procCPUs.Count() < 2 {
-		t.Skip("one CPU: nowhere to go")
-	}
-	here := -1
-	for c := 0; here < 0; c++ {
-		if procCPUs.IsSet(c) {
-			here = c
-		}
-	}
+	here := firstCPU(t)
 	left, _ := offCPU(procCPUs, here)
 	tidc, done := make(chan int), make(chan struct{})
 	defer close(done)
@@ -116,6 +100,20 @@ func TestPinnedThreadsReleased(t *testing.T) {
 	(&rxState{}).keepOffPoster(here, 6, 0, true)
 	assert.Equal(t, procCPUs, mask(), "released by another thread's look")
 	assert.False(t, pinnedAny.Load())
+}
+
+// firstCPU is the process's first CPU; the test is skipped on one CPU,
+// where no thread has anywhere to go.
+func firstCPU(t *testing.T) int {
+	t.Helper()
+	if procCPUs.Count() < 2 {
+		t.Skip("one CPU: nowhere to go")
+	}
+	for c := 0; ; c++ {
+		if procCPUs.IsSet(c) {
+			return c
+		}
+	}
 }
 
 func TestOffCPU(t *testing.T) {
