@@ -68,13 +68,14 @@ func TestQuietPollerProbes(t *testing.T) {
 	p := connectPair(t, noSpinPair())
 	rx := p.srv.ep.rx.Load()
 	goQuiet(t, p)
-	// Visits that pass the quiet check and take the token (polls) read;
-	// one of them may find the token held by the RX goroutine.
-	before := rx.polls.Load()
+	// Visits that pass the quiet check and take the token read; one of
+	// them may find the token held by the RX goroutine.
+	reads := func() uint64 { rx.tok.Lock(); defer rx.tok.Unlock(); return rx.rd.reads }
+	before := reads()
 	for range 4 * pollQuietProbe {
 		require.False(t, p.srv.rcq.Progress(), "nothing has arrived")
 	}
-	require.InDelta(t, 4, rx.polls.Load()-before, 1, "one read in pollQuietProbe quiet visits")
+	require.InDelta(t, 4, reads()-before, 1, "one read in pollQuietProbe quiet visits")
 }
 
 // A quiet connection's pollers still read while a Read or Atomic Response

@@ -423,8 +423,8 @@ type rxState struct {
 	// mark again, which signals what is queued. Changed under the token
 	// (setMuted); atomic for the RX goroutine's look without it (loop).
 	muted atomic.Bool
-	// polls counts pollers' visits; watchPolls is its value when the RX
-	// goroutine's watch began.
+	// polls counts pollers' visits, whether they read or found the token
+	// taken; watchPolls is its value when the RX goroutine's watch began.
 	polls      atomic.Uint64
 	watchPolls uint64
 	spinWindow time.Duration // Policy.RxSpin (rxspin.go)
@@ -572,6 +572,7 @@ func (e *Endpoint) Progress() bool {
 	if e.shm != nil {
 		return rx.progressShm() || did
 	}
+	rx.polls.Add(1)
 	if e.tx.ordOut.Load() == 0 && rx.idlePolls.Load() >= pollIdleLimit && rx.idlePolls.Add(1)%pollQuietProbe != 0 {
 		return did
 	}
@@ -583,7 +584,6 @@ func (e *Endpoint) Progress() bool {
 		return did
 	}
 	rx.prog = false
-	rx.polls.Add(1)
 	_ = e.rc.Control(rx.ctl)
 	if rx.prog {
 		rx.idlePolls.Store(0)

@@ -36,6 +36,26 @@ func TestSpinBackoff(t *testing.T) {
 	spinSlot.Store(false)
 }
 
+// A descheduled spin goes on only as the application's sole receiver of a
+// stream: it found data, no poller came, and the socket is TCP.
+func TestSpinSurvivesDescheduling(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		found, tcp bool
+		start, now uint64
+		wantGoesOn bool
+	}{
+		{"found data, no poller came", true, true, 7, 7, true},
+		{"found nothing", false, true, 7, 7, false},
+		{"a poller came", true, true, 7, 8, false},
+		{"a same-host ring", true, false, 7, 7, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.wantGoesOn, spinSurvives(tc.found, tc.tcp, tc.start, tc.now))
+		})
+	}
+}
+
 // A target that never polls (perftest's server without -R) serves RDMA
 // Reads on its RX goroutine, which then spins on the socket or the ring;
 // the data is right with and without spinning, a poller at the socket or
