@@ -83,7 +83,12 @@ def run(args, port):
             capture(args.capture, port, [srv.pid, cli.pid], now - since)
             captured = True
     out = cli.stdout.read()
-    srv.wait(timeout=30)
+    try:
+        srv.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        srv.kill()  # a server that outlives its client is a finding of its own
+        srv.wait()
+        print(f"port {port}: the server did not exit; killed", flush=True)
     rows = [line.split() for line in out.splitlines() if re.match(r"^\s*\d+\s+\d+", line)]
     bw = float(rows[-1][3]) / 1000 if rows else 0.0
     return bw, len(stalls), sum(e - s for s, e in stalls)

@@ -56,20 +56,19 @@ var procCPUs = func() (s unix.CPUSet) {
 // cpu and posts are the QP's (verbs.QP.Poster), arms rx.arms, completed
 // says the wake-up completed work.
 func (rx *rxState) keepOffPoster(cpu int, posts, arms uint32, completed bool) {
-	if completed || posts-rx.posterPosts > pinPostsMax {
-		// The application takes its arrivals from a CQ, or streams.
-		rx.posterPosts, rx.pingPongs = posts, 0
+	posted := posts - rx.posterPosts
+	if posted == 0 && !completed || cpu < 0 {
+		return // nobody is known to wait for this QP's arrivals
+	}
+	// A ping-pong's wake-up completes nothing (the application takes no
+	// CQE for it), comes a few posts after the last, and finds no CQ armed
+	// since (an application that waits for events sleeps, its CPU free).
+	pingPong := !completed && posted <= pinPostsMax && arms == rx.posterArms
+	rx.posterPosts, rx.posterArms = posts, arms
+	if !pingPong {
+		rx.pingPongs = 0
 		releasePinned()
 		return
-	}
-	if posts == rx.posterPosts || cpu < 0 {
-		return // no post since: nobody is known to wait for this QP's arrivals
-	}
-	rx.posterPosts = posts
-	if arms != rx.posterArms {
-		rx.posterArms, rx.pingPongs = arms, 0
-		releasePinned()
-		return // it waits for events, not spinning
 	}
 	if rx.pingPongs < pinAfter {
 		rx.pingPongs++

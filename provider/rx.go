@@ -387,8 +387,8 @@ type rxState struct {
 	loud func(fd uintptr) // bound once: setMuted(fd, false)
 	mute func(fd uintptr) // bound once: setMuted(fd, true)
 	prog bool             // result of ctl
-	// completed: the pump completed work (a receive, a Read or an Atomic),
-	// which a poller waits for on the CQ.
+	// completed: the last pump completed work (a receive, a Read or an
+	// Atomic), which a poller waits for on the CQ.
 	completed bool
 	// watch is the muted socket's watch (armLocked), set by the poller
 	// that last made progress: see mutedWatchPolling.
@@ -479,7 +479,7 @@ func (e *Endpoint) startRX() {
 	rx.watch.Store(int64(mutedWatch))
 	rx.rd = rxReader{buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx, pay: e.tx.wake, shm: e.shm}
 	rx.ctl = func(fd uintptr) {
-		rx.rd.pollerRead, rx.completed = true, false
+		rx.rd.pollerRead = true
 		rx.prog = rx.pump(fd)
 		rx.rd.pollerRead, rx.rd.drained = false, false
 		if !rx.prog || rx.ended {
@@ -513,6 +513,7 @@ func (e *Endpoint) startRX() {
 // ends; the caller holds the token and a reference on fd. It reports
 // whether anything was consumed or ended.
 func (rx *rxState) pump(fd uintptr) bool {
+	rx.completed = false
 	if rx.ended {
 		return false
 	}
@@ -818,7 +819,6 @@ func (rx *rxState) loop() {
 				return false
 			}
 			rx.tok.Lock()
-			rx.completed = false
 			got := rx.pump(fd)
 			if got {
 				rx.idlePolls.Store(0) // pollers read again
