@@ -58,6 +58,7 @@ type Endpoint struct {
 	life sync.RWMutex
 
 	tx       txState
+	hold     sendHold // holdsend.go
 	txHand   chan struct{}
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -320,6 +321,7 @@ func (e *Endpoint) releaseTx() {
 // entries were flushed then).
 func (e *Endpoint) completeSend(idx uint32, status uint32, n uint32) {
 	e.compMu.Lock()
+	e.releaseHeldLocked() // completions retire in order
 	if !e.dead.Load() {
 		e.qp.CompleteSend(idx, status, n)
 	}
@@ -408,6 +410,7 @@ func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool, 
 		}
 		e.tx.wgate.Lock()
 		e.compMu.Lock()
+		e.releaseHeldLocked()
 		e.dead.Store(true)
 		changed := e.qp.SetError()
 		e.compMu.Unlock()
@@ -494,6 +497,7 @@ func (e *Endpoint) Close(graceful bool) {
 		}
 	}
 	e.compMu.Lock()
+	e.releaseHeldLocked()
 	e.dead.Store(true)
 	e.compMu.Unlock()
 	e.mu.Lock()

@@ -47,7 +47,10 @@ type rxReader struct {
 	mkn    int
 	iov    [2]unix.Iovec
 	nread  uint64 // bytes read from the socket, ever
-	reads  uint64 // read(2) and readv(2) calls, ever: what a poll costs
+	// arrivals counts reads that returned data, for other goroutines
+	// (holdsend.go): counted before what they read is placed.
+	arrivals atomic.Uint64
+	reads    uint64 // read(2) and readv(2) calls, ever: what a poll costs
 	// finSeen: the shm reader saw the TCP stream end; finLeft bytes of
 	// the ring were still to read then.
 	finSeen bool
@@ -120,6 +123,7 @@ func (rd *rxReader) sys(p []byte) (int, error) {
 		}
 		l.readIn()
 		rd.nread += uint64(n)
+		rd.arrivals.Add(1)
 		return n, nil
 	}
 	if rd.drained {
@@ -139,6 +143,7 @@ func (rd *rxReader) sys(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		rd.nread += uint64(n)
+		rd.arrivals.Add(1)
 		rd.drained = rd.pollerRead && n < len(p)
 		return n, nil
 	}
@@ -200,6 +205,7 @@ func (rd *rxReader) sysv(dst []byte) (int, error) {
 			return 0, io.EOF
 		}
 		rd.nread += uint64(n)
+		rd.arrivals.Add(1)
 		rd.drained = rd.pollerRead && int(n) < len(dst)+carry
 		if int(n) > len(dst) {
 			rd.r, rd.w = 0, int(n)-len(dst)
@@ -558,6 +564,11 @@ func (rx *rxState) pump(fd uintptr) bool {
 // reads again, so a quiet connection costs no syscall per poll -- except
 // while a Read or Atomic Response is due.
 func (e *Endpoint) Progress() bool {
+	did := e.progress()
+	return e.settleHold() || did
+}
+
+func (e *Endpoint) progress() bool {
 	did := false
 	if e.tx.blocked.Load() {
 		e.life.RLock()
@@ -690,6 +701,7 @@ func (e *Endpoint) Armed() {
 		return
 	}
 	rx.arms.Add(1) // offcpu.go
+	e.releaseHeld()
 	if e.shm != nil || !rx.muted.Load() {
 		return
 	}

@@ -945,6 +945,7 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
 		m.h.Opcode = wire.OpWrite
 		m.h.STag = sqe.RKey
+		t.e.noteWrite(idx)
 		m.baseTO = sqe.RemoteAddr
 		if err := t.payload(m, sqe); err != nil {
 			t.localError(idx, verbs.WCLocProtErr, err)
@@ -1363,7 +1364,7 @@ func (t *txState) finish(m *txMsg) {
 	m.release()
 	switch m.kind {
 	case kindSQ:
-		if m.complete {
+		if m.complete && !t.e.holdSend(m.idx, m.byteLen) {
 			t.e.completeSend(m.idx, verbs.WCSuccess, m.byteLen)
 		}
 		t.free = append(t.free, m) // on the socket: nothing refers to it any more
