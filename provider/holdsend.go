@@ -23,8 +23,10 @@ import (
 // send queue, no CQ of the QP armed for events, on TCP, after holdAfter
 // Writes in a row each posted after something arrived since the previous
 // one. The completion is released at the next arrival, the QP's next
-// completion, an arm, the connection's end, or after holdMax; one that
-// holdMax released ends the streak.
+// completion, an arm, the connection's end, or after holdMax. holdMax
+// passing sends the application back to its memory, so the socket the
+// pollers muted (rx.go) is made loud, else the answer waits for the mute's
+// watch (1-2 ms); twice in a row, it ends the streak.
 const holdAfter = 8
 
 var holdMax = 100 * time.Microsecond // a variable for tests
@@ -34,16 +36,17 @@ type sendHold struct {
 	lastArr uint64
 	streak  atomic.Uint32 // reset too by a poller whose hold timed out
 	// Under Endpoint.compMu (on is also read without it).
-	on     atomic.Bool
-	idx, n uint32
-	arr    uint64 // arrivals before the held Write went out
-	until  int64  // UnixNano
+	on       atomic.Bool
+	idx, n   uint32
+	arr      uint64 // arrivals before the held Write went out
+	until    int64  // UnixNano
+	timedOut bool   // the last hold ended by holdMax
 }
 
-// arrivals counts the receive path's reads that returned data.
+// arrivals counts inbound messages placed to their end.
 func (e *Endpoint) arrivals() uint64 {
 	if rx := e.rx.Load(); rx != nil {
-		return rx.rd.arrivals.Load()
+		return rx.arrivals.Load()
 	}
 	return 0
 }
@@ -114,16 +117,25 @@ func (e *Endpoint) settleHold() bool {
 		return false
 	}
 	e.compMu.Lock()
-	defer e.compMu.Unlock()
 	if !h.on.Load() {
+		e.compMu.Unlock()
 		return false
 	}
-	if e.arrivals() == h.arr {
-		if time.Now().UnixNano() < h.until {
-			return false
-		}
+	timedOut := e.arrivals() == h.arr
+	if timedOut && time.Now().UnixNano() < h.until {
+		e.compMu.Unlock()
+		return false
+	}
+	if timedOut && h.timedOut {
 		h.streak.Store(0)
 	}
+	h.timedOut = timedOut
 	e.releaseHeldLocked()
+	e.compMu.Unlock()
+	if rx := e.rx.Load(); timedOut && rx != nil && rx.muted.Load() && rx.tok.TryLock() {
+		// (A token taken means a reader is at the socket anyway.)
+		rx.louden()
+		rx.tok.Unlock()
+	}
 	return true
 }

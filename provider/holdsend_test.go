@@ -137,12 +137,12 @@ func TestHeldCompletionReleased(t *testing.T) {
 		name    string
 		after   time.Duration // when release releases
 		release func(pp *pingPong, after time.Duration)
-		success bool // the held Write completes successfully (else flushed)
-		streak  bool // the streak survives
+		streak  bool // the streak survives (one time-out does not end it)
+		loud    bool // the socket is left loud: the application stopped polling
 	}{
 		{"by holdMax", time.Millisecond, func(pp *pingPong, after time.Duration) {
 			holdMax = after // read when the next Write is held
-		}, true, false},
+		}, true, true},
 		{"by an arm", 20 * time.Millisecond, func(pp *pingPong, after time.Duration) {
 			go func() {
 				time.Sleep(after)
@@ -154,13 +154,13 @@ func TestHeldCompletionReleased(t *testing.T) {
 				time.Sleep(after)
 				pp.p.cli.postSend(sqe(1000, verbs.WRSend, verbs.SendSignaled))
 			}()
-		}, true, true},
+		}, true, false},
 		{"by the connection's end", 20 * time.Millisecond, func(pp *pingPong, after time.Duration) {
 			go func() {
 				time.Sleep(after)
 				pp.p.srv.ep.Close(false)
 			}()
-		}, true, true},
+		}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			setHoldMax(t, 10*time.Second)
@@ -181,6 +181,11 @@ func TestHeldCompletionReleased(t *testing.T) {
 				require.Zero(t, pp.p.cli.ep.hold.streak.Load())
 			}
 			require.False(t, pp.p.cli.ep.hold.on.Load())
+			if tc.loud {
+				// What comes next must wake the RX goroutine, whatever
+				// the pollers muted.
+				require.False(t, pp.p.cli.ep.rx.Load().muted.Load(), "still muted")
+			}
 		})
 	}
 }

@@ -47,10 +47,7 @@ type rxReader struct {
 	mkn    int
 	iov    [2]unix.Iovec
 	nread  uint64 // bytes read from the socket, ever
-	// arrivals counts reads that returned data, for other goroutines
-	// (holdsend.go): counted before what they read is placed.
-	arrivals atomic.Uint64
-	reads    uint64 // read(2) and readv(2) calls, ever: what a poll costs
+	reads  uint64 // read(2) and readv(2) calls, ever: what a poll costs
 	// finSeen: the shm reader saw the TCP stream end; finLeft bytes of
 	// the ring were still to read then.
 	finSeen bool
@@ -123,7 +120,6 @@ func (rd *rxReader) sys(p []byte) (int, error) {
 		}
 		l.readIn()
 		rd.nread += uint64(n)
-		rd.arrivals.Add(1)
 		return n, nil
 	}
 	if rd.drained {
@@ -143,7 +139,6 @@ func (rd *rxReader) sys(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		rd.nread += uint64(n)
-		rd.arrivals.Add(1)
 		rd.drained = rd.pollerRead && n < len(p)
 		return n, nil
 	}
@@ -205,7 +200,6 @@ func (rd *rxReader) sysv(dst []byte) (int, error) {
 			return 0, io.EOF
 		}
 		rd.nread += uint64(n)
-		rd.arrivals.Add(1)
 		rd.drained = rd.pollerRead && int(n) < len(dst)+carry
 		if int(n) > len(dst) {
 			rd.r, rd.w = 0, int(n)-len(dst)
@@ -434,6 +428,9 @@ type rxState struct {
 	polls      atomic.Uint64
 	watchPolls uint64
 	spinWindow time.Duration // Policy.RxSpin (rxspin.go)
+	// arrivals counts messages whose payload is placed, to the last FPDU
+	// (holdsend.go).
+	arrivals atomic.Uint64
 }
 
 // mutedLowat is the least SO_RCVLOWAT while muted (mutedMark): more than
@@ -450,8 +447,9 @@ const mutedLowat = 32 << 10
 // watch wakes the netpoller's thread, which takes a core from a poller on a
 // machine the polling threads keep busy (ib_send_lat -R: 99 % 12-13 us
 // against 19-24 at 1 ms). A poller that only placed Writes came for
-// something else: ib_write_lat's target, polling for its send completion,
-// reads the peer's next Write now and then, then waits on memory.
+// something else -- ib_write_lat's target, polling for its send completion,
+// reads the peer's next Write now and then, then waits on memory -- unless
+// it holds that completion for the answer (holdsend.go).
 const (
 	mutedWatch        = time.Millisecond
 	mutedWatchPolling = 8 * time.Millisecond
@@ -491,7 +489,8 @@ func (e *Endpoint) startRX() {
 		if !rx.prog || rx.ended {
 			return
 		}
-		if rx.completed {
+		if rx.completed || e.hold.on.Load() {
+			// (A poller holding a Write's completion waits for the answer.)
 			rx.watch.Store(int64(mutedWatchPolling))
 		} else {
 			rx.watch.Store(int64(mutedWatch))
@@ -691,6 +690,14 @@ func (rx *rxState) armLocked() {
 	}
 }
 
+// louden lowers the mark of a muted socket (token held), so what arrives
+// wakes the RX goroutine: the pollers stop coming.
+func (rx *rxState) louden() {
+	if rx.muted.Load() && !rx.ended && !rx.e.dead.Load() {
+		_ = rx.e.rc.Control(rx.loud)
+	}
+}
+
 // Armed is verbs.Transport.Armed: the application armed a CQ of the QP and
 // is about to wait on its channel, so its polls stop. A socket the polls
 // muted is made loud at once; left to the watch, every message of a
@@ -706,9 +713,7 @@ func (e *Endpoint) Armed() {
 		return
 	}
 	rx.tok.Lock()
-	if rx.muted.Load() && !rx.ended && !e.dead.Load() {
-		_ = e.rc.Control(rx.loud)
-	}
+	rx.louden()
 	rx.tok.Unlock()
 }
 
@@ -1151,6 +1156,9 @@ func (rx *rxState) seg(b []byte) {
 
 // endPayload finishes what the payload of the FPDU did, once it is placed.
 func (rx *rxState) endPayload() *wire.Error {
+	if rx.h.Last {
+		rx.arrivals.Add(1)
+	}
 	switch rx.post {
 	case postWrite:
 		rx.wspan.Release()
