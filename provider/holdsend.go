@@ -51,9 +51,9 @@ func (e *Endpoint) arrivals() uint64 {
 	return 0
 }
 
-// noteWrite is the TX token holder's, as it starts a Write (entry idx):
-// the streak grows when something arrived since the last Write and the
-// Write is the only work posted.
+// noteWrite is the TX token holder's, as it starts a Write that may be
+// held (entry idx): the streak grows when something arrived since the last
+// such Write and the Write is the only work posted.
 func (e *Endpoint) noteWrite(idx uint32) {
 	h := &e.hold
 	a := e.arrivals()
@@ -65,15 +65,11 @@ func (e *Endpoint) noteWrite(idx uint32) {
 	h.lastArr = a
 }
 
-// holdSend keeps back the success completion of entry idx (n bytes) if
-// the pattern holds; the TX token holder's, instead of completeSend.
-func (e *Endpoint) holdSend(idx, n uint32) bool {
+// holdSend keeps back the success completion of m if the pattern holds;
+// the TX token holder's, instead of completeSend.
+func (e *Endpoint) holdSend(m *txMsg) bool {
 	h := &e.hold
-	if h.streak.Load() < holdAfter || e.shm != nil || !e.qp.SoleSend(idx) || e.qp.EventsArmed() {
-		return false
-	}
-	sqe := e.qp.SendEntry(idx)
-	if sqe.Opcode != verbs.WRRDMAWrite || sqe.Flags&verbs.SendSignaled == 0 && !e.qp.SigAll {
+	if !m.mayHold || h.streak.Load() < holdAfter || !e.qp.SoleSend(m.idx) || e.qp.EventsArmed() {
 		return false
 	}
 	e.compMu.Lock()
@@ -81,7 +77,7 @@ func (e *Endpoint) holdSend(idx, n uint32) bool {
 	if e.dead.Load() || h.on.Load() {
 		return false
 	}
-	h.idx, h.n, h.arr = idx, n, h.lastArr
+	h.idx, h.n, h.arr = m.idx, m.byteLen, h.lastArr
 	h.until = time.Now().Add(holdMax).UnixNano()
 	h.on.Store(true)
 	return true
@@ -117,25 +113,25 @@ func (e *Endpoint) settleHold() bool {
 		return false
 	}
 	e.compMu.Lock()
+	defer e.compMu.Unlock()
 	if !h.on.Load() {
-		e.compMu.Unlock()
 		return false
 	}
 	timedOut := e.arrivals() == h.arr
 	if timedOut && time.Now().UnixNano() < h.until {
-		e.compMu.Unlock()
 		return false
 	}
 	if timedOut && h.timedOut {
 		h.streak.Store(0)
 	}
 	h.timedOut = timedOut
-	e.releaseHeldLocked()
-	e.compMu.Unlock()
+	// Loud before the completion is seen. TryLock: the token holder takes
+	// compMu to complete (and a token taken means a reader is at the
+	// socket anyway).
 	if rx := e.rx.Load(); timedOut && rx != nil && rx.muted.Load() && rx.tok.TryLock() {
-		// (A token taken means a reader is at the socket anyway.)
 		rx.louden()
 		rx.tok.Unlock()
 	}
+	e.releaseHeldLocked()
 	return true
 }

@@ -708,13 +708,14 @@ func (e *Endpoint) Armed() {
 		return
 	}
 	rx.arms.Add(1) // offcpu.go
-	e.releaseHeld()
-	if e.shm != nil || !rx.muted.Load() {
-		return
+	if e.shm == nil && rx.muted.Load() {
+		rx.tok.Lock()
+		rx.louden()
+		rx.tok.Unlock()
 	}
-	rx.tok.Lock()
-	rx.louden()
-	rx.tok.Unlock()
+	// After: a program that takes the completion and sleeps finds the
+	// socket loud already.
+	e.releaseHeld()
 }
 
 // progressShm is Progress on a same-host connection: looking at the ring
