@@ -19,9 +19,12 @@
 
 /* Posting sends needs RTS (or SQD/SQE, where work waits); in ERR the work is
  * written and flushed by the doorbell. RESET, INIT and RTR refuse. */
-static int sq_postable(uint32_t st)
+static int sq_postable(const struct giw_ring *r)
 {
-	return st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE || st == IBV_QPS_ERR;
+	uint32_t st = LOAD_ACQ(&r->state);
+
+	return st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE || st == IBV_QPS_ERR ||
+	       (st == IBV_QPS_RTR && __atomic_load_n(&r->early_posts, __ATOMIC_RELAXED));
 }
 
 /* Publish-then-ring: the engine stores doorbell=1 and then reads prod, we store
@@ -149,7 +152,7 @@ int gcapi_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_w
 		return gcapi_err(EPERM);
 	}
 	pthread_spin_lock(&q->sq_lock);
-	if (!sq_postable(LOAD_ACQ(&r->state))) {
+	if (!sq_postable(r)) {
 		pthread_spin_unlock(&q->sq_lock);
 		*bad = wr;
 		return EINVAL;
@@ -685,7 +688,7 @@ static int wrx_complete(struct ibv_qp_ex *qpx)
 
 	if (gcapi_in_forked_child()) /* wrx_start took no lock */
 		return gcapi_err(EPERM);
-	if (!err && !sq_postable(LOAD_ACQ(&r->state)))
+	if (!err && !sq_postable(r))
 		err = EINVAL;
 	if (!err && q->wr_prod != r->prod) {
 		STORE_REL(&r->prod, q->wr_prod);

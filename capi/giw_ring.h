@@ -97,7 +97,13 @@ struct giw_ring {
 	 * unknown. A program that waits for its answer spinning there leaves
 	 * the arrival to an engine thread, which should not land on that CPU. */
 	uint32_t post_cpu;
-	uint8_t pad2[28];
+	/* Send rings: nonzero while a QP connected without a CM waits in RTR
+	 * for its stream. Such a QP moves itself to RTS when the stream comes
+	 * up, and programs post before that (perftest's send_bw server returns
+	 * credits from a QP it never moves to RTS): posts are taken and wait
+	 * in the ring. */
+	uint32_t early_posts;
+	uint8_t pad2[24];
 	/* entries follow at offset 192 */
 };
 

@@ -80,7 +80,10 @@ type ringHdr struct {
 	Active    uint32 // CQ rings: QPs with a connection completing here
 	RNRWait   uint32 // RQ/SRQ rings: the engine waits for a receive (post_recv calls in)
 	PostCPU   uint32 // send rings: 1 + the CPU of the last post, 0 if unknown
-	_         [28]byte
+	// EarlyPosts: send rings of a CM-less QP in RTR: post_send takes work
+	// (it waits in the ring for the stream, which moves the QP to RTS).
+	EarlyPosts uint32
+	_          [24]byte
 }
 
 // Values of enum ibv_wr_opcode.

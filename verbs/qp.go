@@ -200,7 +200,15 @@ func (c *Context) CreateQP(in QPInit) (*QP, error) {
 
 func (qp *QP) publishState(s QPState) {
 	qp.attr.State = s
-	atomic.StoreUint32(&qp.SQ.hdr.State, uint32(s))
+	// post_send reads the state, then EarlyPosts: the flag is raised before
+	// the state becomes RTR and lowered after it has left RTR.
+	if s == QPSRTR && qp.cmless {
+		atomic.StoreUint32(&qp.SQ.hdr.EarlyPosts, 1)
+		atomic.StoreUint32(&qp.SQ.hdr.State, uint32(s))
+	} else {
+		atomic.StoreUint32(&qp.SQ.hdr.State, uint32(s))
+		atomic.StoreUint32(&qp.SQ.hdr.EarlyPosts, 0)
+	}
 	if qp.RQ != nil {
 		atomic.StoreUint32(&qp.RQ.hdr.State, uint32(s))
 	}

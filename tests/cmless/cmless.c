@@ -2,7 +2,8 @@
  * table; two devices of one process connected by ibv_modify_qp alone, data
  * both ways, both sides' RTR seconds apart; and the error cases: wrong QPN,
  * a peer that never comes, a peer that goes away (ERR, flushed receive,
- * IBV_EVENT_QP_FATAL within the bound), destroy while connecting.
+ * IBV_EVENT_QP_FATAL within the bound), destroy while connecting; and
+ * sends posted by a QP left in RTR before its peer came.
  *
  * The ctest sets GOIWARP_QP_PORT_BASE, GOIWARP_QP_CONNECT_TIMEOUT=3s and
  * GOIWARP_QP_LINGER=200ms. */
@@ -274,6 +275,46 @@ static void test_two_devices(struct ibv_context *c1, struct ibv_context *c2)
 	end_fini(&b);
 }
 
+/* A QP the program leaves in RTR (perftest's send_bw server returns its
+ * credits so) may post before its stream is up: the work waits and goes
+ * out once the peer comes; the QP is then in RTS. */
+static void test_post_in_rtr(struct ibv_context *lo)
+{
+	struct end a, b;
+	struct ibv_wc wc;
+
+	end_init(&a, "a", lo);
+	end_init(&b, "b", lo);
+	post_recv(&a, 21, 1024);
+	REQUIRE(to_rtr(&b, &a.gid, a.qp->qp_num) == 0);
+	strcpy(b.buf, "sent in RTR");
+	CHECK(post_send(&b, 22, IBV_WR_SEND, 0, 12, 0, 0) == 0);
+	strcpy(b.buf + 64, "written in RTR");
+	CHECK(post_send(&b, 23, IBV_WR_RDMA_WRITE, 64, 15, (uintptr_t)a.buf + 2048, a.mr->rkey) == 0);
+	usleep(300 * 1000);
+	CHECK(ibv_poll_cq(b.cq, 1, &wc) == 0); /* nothing went out yet */
+	REQUIRE(to_rtr(&a, &b.gid, b.qp->qp_num) == 0);
+	REQUIRE(to_rts(&a) == 0);
+	wc = poll_one(&b, 5);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 22);
+	wc = poll_one(&b, 5);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 23);
+	wc = poll_one(&a, 5);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 21 && wc.byte_len == 12);
+	CHECK(strcmp(a.buf + 1024, "sent in RTR") == 0);
+	for (double end = giw_now() + 5; giw_now() < end && strcmp(a.buf + 2048, "written in RTR");)
+		usleep(1000);
+	CHECK(strcmp(a.buf + 2048, "written in RTR") == 0);
+	CHECK(qp_state(b.qp) == IBV_QPS_RTS);
+	end_fini(&a);
+	end_fini(&b);
+
+	/* in INIT, posting a send is still refused */
+	end_init(&a, "a", lo);
+	CHECK(post_send(&a, 24, IBV_WR_SEND, 0, 4, 0, 0) == EINVAL);
+	end_fini(&a);
+}
+
 static void test_errors(struct ibv_context *lo)
 {
 	struct end a, b;
@@ -340,6 +381,7 @@ int main(void)
 		printf("one device: giw_lo twice (no other device with an IPv4 address)\n");
 		test_two_devices(lo, open_lo());
 	}
+	test_post_in_rtr(lo);
 	test_errors(lo);
 	printf("%s\n", failures ? "FAIL" : "ok");
 	return failures != 0;
