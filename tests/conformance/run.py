@@ -386,6 +386,18 @@ def rows():
         R.append(Row(tool + "-D1" + ("-s%d" % size if size else ""),
                      [tool] + pt + extra + [HOST], [tool] + pt + extra,
                      checks=[check_perftest_table(kind + "-D", 1)]))
+    # Options users reach for: bidirectional, post lists, CQ moderation,
+    # inline data, an SRQ, one outstanding Read, compare-and-swap.
+    for name, tool, extra in (("ib_write_bw-b", "ib_write_bw", ["-b", "-n", "1000"]),
+                              ("ib_send_bw-b", "ib_send_bw", ["-b", "-n", "1000"]),
+                              ("ib_write_bw-l16", "ib_write_bw", ["-l", "16", "-n", "1600"]),
+                              ("ib_write_bw-Q16", "ib_write_bw", ["-Q", "16", "-n", "1600"]),
+                              ("ib_send_bw-I100", "ib_send_bw", ["-I", "100", "-s", "100", "-n", "1000"]),
+                              ("ib_send_bw-srq", "ib_send_bw", ["--use-srq", "-n", "1000"]),
+                              ("ib_read_bw-o1", "ib_read_bw", ["-o", "1", "-n", "1000"]),
+                              ("ib_atomic_bw-cas", "ib_atomic_bw", ["-A", "CMP_AND_SWAP", "-n", "1000"])):
+        R.append(Row(name, [tool] + pt + extra + [HOST], [tool] + pt + extra,
+                     checks=[check_perftest_table("bw", 1)]))
     for test in ("rc_bw", "rc_bi_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"):
         R.append(Row("qperf-" + test,
                      ["qperf", HOST, "-lp", "{P}", "-cm1", "-t", "2", test],
