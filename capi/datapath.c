@@ -18,7 +18,8 @@
 #define GIW_SEND_FLAGS (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)
 
 /* Posting sends needs RTS (or SQD/SQE, where work waits); in ERR the work is
- * written and flushed by the doorbell. RESET, INIT and RTR refuse. */
+ * written and flushed by the doorbell. RESET, INIT and RTR refuse, but for
+ * the RTR of a QP connected without a CM (early_posts: the work waits). */
 static int sq_postable(const struct giw_ring *r)
 {
 	uint32_t st = LOAD_ACQ(&r->state);
