@@ -132,11 +132,21 @@ func sendRecv(t *testing.T, p *pair, b []byte, mr *verbs.MR, cb []byte, cmr *ver
 // socket is muted: the RX goroutine may read first now and then, but a
 // poller that keeps polling reads one of them.
 func muteByPolling(t *testing.T, p *pair, b []byte, mr *verbs.MR, cb []byte, cmr *verbs.MR) {
+	withMuteVisitGap(t, time.Hour)
 	rx := p.srv.ep.rx.Load()
 	for i := uint64(1); !rx.muted.Load(); i++ {
 		require.Less(t, i, uint64(1000), "a poller never read a message")
 		sendRecv(t, p, b, mr, cb, cmr, i, 64, true)
 	}
+}
+
+// withMuteVisitGap sets muteVisitGap for the test: these tests poll
+// between messages of their own making, whose gaps (under -race above all)
+// say nothing of a program's spinning; an hour makes every poller spin.
+func withMuteVisitGap(t *testing.T, d time.Duration) {
+	old := muteVisitGap
+	muteVisitGap = d
+	t.Cleanup(func() { muteVisitGap = old })
 }
 
 // lowat is the endpoint's SO_RCVLOWAT: 1 while the socket is loud.
@@ -175,6 +185,26 @@ func TestPolledSocketMuted(t *testing.T) {
 			sendRecv(t, p, b, mr, cb, cmr, 5000, 64, false)
 		})
 	}
+}
+
+// Only a poller that spins mutes the socket: one whose previous visit ended
+// longer than muteVisitGap before (here every visit: the gap is 0) reads
+// what it finds and leaves the socket loud, so what arrives after it wakes
+// the RX goroutine. The same exchanges mute it when every poller counts as
+// spinning (TestPolledSocketMuted).
+func TestPollerAfterLongGapLeavesSocketLoud(t *testing.T) {
+	withMuteVisitGap(t, 0)
+	p := connectPair(t, noSpinPair())
+	b, mr := p.srv.mem(4096, 0)
+	cb, cmr := p.cli.mem(4096, 0)
+	rx := p.srv.ep.rx.Load()
+	polls := rx.polls.Load()
+	for i := uint64(1); i <= 300; i++ {
+		sendRecv(t, p, b, mr, cb, cmr, i, 64, true)
+		require.False(t, rx.muted.Load(), "muted after message %d", i)
+	}
+	require.Greater(t, rx.polls.Load(), polls, "the pollers came")
+	require.LessOrEqual(t, lowat(p.srv.ep), 1, "the mark was never raised")
 }
 
 // A bulk arrival crosses the muted socket's mark and wakes the RX goroutine,

@@ -398,7 +398,8 @@ def rows():
                               ("ib_atomic_bw-cas", "ib_atomic_bw", ["-A", "CMP_AND_SWAP", "-n", "1000"])):
         R.append(Row(name, [tool] + pt + extra + [HOST], [tool] + pt + extra,
                      checks=[check_perftest_table("bw", 1)]))
-    for test in ("rc_bw", "rc_bi_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"):
+    for test in ("rc_bw", "rc_bi_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw",
+                 "rc_rdma_write_poll_lat"):
         R.append(Row("qperf-" + test,
                      ["qperf", HOST, "-lp", "{P}", "-cm1", "-t", "2", test],
                      ["qperf", "-lp", "{P}"], server_persistent=True,
@@ -437,7 +438,8 @@ def cmless_rows():
                      ["ib_write_bw"] + pt + ["-x", x, "-n", "1000"],
                      checks=[check_perftest_table("bw", 1)], twin="ib_write_bw",
                      figure=perftest_figure("bw")))
-    for test in ("rc_bw", "rc_bi_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"):
+    for test in ("rc_bw", "rc_bi_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw",
+                 "rc_rdma_write_poll_lat"):
         R.append(Row("qperf-noCM-" + test, ["qperf", HOST, "-lp", "{P}", "-t", "2", test],
                      ["qperf", "-lp", "{P}"], server_persistent=True,
                      checks=[check_qperf(test)], twin="qperf-" + test, figure=qperf_figure(test)))
