@@ -319,6 +319,10 @@ def check_pingpong(r):
 # deregisters it only with -R), so ibv_dealloc_pd fails EBUSY as the kernel's
 # would, and both sides exit 1 after a passing test. No other iWARP device
 # can run ib_send_bw without -R, so nobody met it before.
+# qperf's RC tests, run through librdmacm (-cm1) and without it.
+QPERF_RC_TESTS = ("rc_bw", "rc_bi_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw",
+                  "rc_rdma_write_poll_lat")
+
 PERFTEST_CREDIT_MR_LEAK = (1, r"^Failed to deallocate PD - Device or resource busy$")
 
 
@@ -398,8 +402,7 @@ def rows():
                               ("ib_atomic_bw-cas", "ib_atomic_bw", ["-A", "CMP_AND_SWAP", "-n", "1000"])):
         R.append(Row(name, [tool] + pt + extra + [HOST], [tool] + pt + extra,
                      checks=[check_perftest_table("bw", 1)]))
-    for test in ("rc_bw", "rc_bi_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw",
-                 "rc_rdma_write_poll_lat"):
+    for test in QPERF_RC_TESTS:
         R.append(Row("qperf-" + test,
                      ["qperf", HOST, "-lp", "{P}", "-cm1", "-t", "2", test],
                      ["qperf", "-lp", "{P}"], server_persistent=True,
@@ -438,8 +441,7 @@ def cmless_rows():
                      ["ib_write_bw"] + pt + ["-x", x, "-n", "1000"],
                      checks=[check_perftest_table("bw", 1)], twin="ib_write_bw",
                      figure=perftest_figure("bw")))
-    for test in ("rc_bw", "rc_bi_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw",
-                 "rc_rdma_write_poll_lat"):
+    for test in QPERF_RC_TESTS:
         R.append(Row("qperf-noCM-" + test, ["qperf", HOST, "-lp", "{P}", "-t", "2", test],
                      ["qperf", "-lp", "{P}"], server_persistent=True,
                      checks=[check_qperf(test)], twin="qperf-" + test, figure=qperf_figure(test)))
