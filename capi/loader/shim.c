@@ -49,6 +49,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,13 +213,19 @@ static void *load_core_thread(void *unused)
 
 /* The first call may come from a thread with a small stack (16 KiB is
  * allowed): dlopen and the core's start need more than that, so the core is
- * loaded on a thread of our own, and inline only if none can be made. */
+ * loaded on a thread of our own, and inline only if none can be made.
+ * Every signal is blocked while it loads: the Go runtime's threads take the
+ * mask of the thread that starts it, so none of them will take a signal meant
+ * for the application (capi/sigmask.c says which few stay open). */
 static void load_core_on_own_stack(void)
 {
 	pthread_attr_t attr;
+	sigset_t all, app;
 	pthread_t t;
 	int made = 0;
 
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &app);
 	if (pthread_attr_init(&attr) == 0) {
 		made = pthread_attr_setstacksize(&attr, 1 << 20) == 0 &&
 		       pthread_create(&t, &attr, load_core_thread, NULL) == 0;
@@ -228,6 +235,7 @@ static void load_core_on_own_stack(void)
 		pthread_join(t, NULL);
 	else
 		load_core();
+	pthread_sigmask(SIG_SETMASK, &app, NULL);
 }
 
 void *goiwarp_loader_resolve(unsigned idx)

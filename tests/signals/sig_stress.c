@@ -7,6 +7,8 @@
  *                            interrupt the application's blocking calls
  *   sig_stress pipe          SIGPIPE left at SIG_DFL; the peer process dies
  *                            while we write: error completions, no death
+ *   sig_stress directed SECS process-directed signals the application blocks
+ *                            in every thread and takes with sigwaitinfo
  *   sig_stress peer FD       (internal) pipe's peer, spawned by pipe
  *
  * before/after: one process, two RC QPs connected through rdma_cm on
@@ -34,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -375,6 +378,139 @@ static int quiet(double secs)
 	return failures ? 1 : 0;
 }
 
+/* ---- directed: signals sent to the process, not to a thread ---------------
+ * A server pattern: every application thread blocks SIGUSR1, SIGUSR2, SIGALRM,
+ * SIGCHLD and SIGIO and the main thread takes them with sigwaitinfo, while
+ * worker threads wake it with kill(getpid(), ...). The kernel gives a
+ * process-directed signal to any thread that does not block it: if one of
+ * goiwarp's threads left one open, it would land there and be lost (SIGCHLD) or
+ * kill the process (the others' default action). One sender thread per signal
+ * sends it and waits until the main thread has taken it (a pending standard
+ * signal would absorb a second one) while the data threads move Writes and
+ * Sends. Passes when every signal sent was taken by the main thread and every
+ * thread that is not the application's blocks all five. */
+static const int directed_sigs[] = {SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGIO};
+#define NDIRECTED (int)(sizeof directed_sigs / sizeof directed_sigs[0])
+static volatile uint64_t taken[NDIRECTED], sent[NDIRECTED];
+static volatile int directed_lost;
+static void *directed_sender(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+
+	while (!stop) {
+		uint64_t before = taken[i];
+		double deadline = giw_now() + 2;
+
+		REQUIRE(kill(getpid(), directed_sigs[i]) == 0);
+		sent[i] = sent[i] + 1;
+		while (taken[i] == before && giw_now() < deadline && !stop)
+			sched_yield();
+		if (taken[i] == before && !stop) {
+			fprintf(stderr, "[sender] signal %d not taken by the main thread within 2 s\n",
+				directed_sigs[i]);
+			directed_lost = 1;
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+/* Whether every thread of this process but the main one blocks all of
+ * directed_sigs (SigBlk in /proc/self/task/TID/status); called when the
+ * application's other threads have ended. */
+static int goiwarp_threads_block(int *checked)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int ok = 1;
+
+	REQUIRE(d);
+	*checked = 0;
+	while ((e = readdir(d))) {
+		pid_t tid = (pid_t)atoi(e->d_name);
+		char path[64], line[256];
+		unsigned long long blk = 0;
+
+		if (tid <= 0)
+			continue;
+		if (tid == getpid())
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue; /* ended meanwhile */
+		while (fgets(line, sizeof line, f))
+			if (sscanf(line, "SigBlk: %llx", &blk) == 1)
+				break;
+		fclose(f);
+		(*checked)++;
+		for (int i = 0; i < NDIRECTED; i++)
+			if (!(blk & (1ULL << (directed_sigs[i] - 1)))) {
+				fprintf(stderr, "[main] thread %d does not block signal %d (SigBlk %llx)\n",
+					(int)tid, directed_sigs[i], blk);
+				ok = 0;
+			}
+	}
+	closedir(d);
+	return ok;
+}
+
+static int directed(double secs)
+{
+	struct ep s = {0}, c = {0};
+	sigset_t set;
+	pthread_t senders[NDIRECTED];
+	uint64_t total_sent = 0, total_taken = 0;
+	int checked = 0;
+
+	/* The first RDMA call comes before the application blocks anything. */
+	connect_local(&s, &c);
+	sigemptyset(&set);
+	for (int i = 0; i < NDIRECTED; i++)
+		sigaddset(&set, directed_sigs[i]);
+	REQUIRE(pthread_sigmask(SIG_BLOCK, &set, NULL) == 0);
+
+	s.msgs = UINT64_MAX;
+	REQUIRE(pthread_create(&data_threads[0], NULL, server, &s) == 0);
+	REQUIRE(pthread_create(&data_threads[1], NULL, client, &c) == 0);
+	for (int i = 0; i < NDIRECTED; i++)
+		REQUIRE(pthread_create(&senders[i], NULL, directed_sender, (void *)(intptr_t)i) == 0);
+
+	struct timespec tick = {0, 50 * 1000 * 1000};
+	double end = giw_now() + secs;
+	while (giw_now() < end && !directed_lost) {
+		siginfo_t si;
+		int sig = sigtimedwait(&set, &si, &tick);
+
+		for (int i = 0; i < NDIRECTED; i++)
+			if (sig == directed_sigs[i])
+				taken[i] = taken[i] + 1;
+	}
+	stop = 1;
+	for (int i = 0; i < NDIRECTED; i++)
+		pthread_join(senders[i], NULL);
+	pthread_join(data_threads[1], NULL);
+	s.msgs = c.msgs;
+	pthread_join(data_threads[0], NULL);
+	/* The data threads have ended: every other thread left is goiwarp's. */
+	int blocked = goiwarp_threads_block(&checked);
+
+	for (int i = 0; i < NDIRECTED; i++) {
+		total_sent += sent[i];
+		total_taken += taken[i];
+	}
+	printf("directed: %.1f s, %llu messages (Write+Send) in order, %llu signals sent to the "
+	       "process, %llu taken by the main thread, %d goiwarp threads checked, all block them: %s\n",
+	       secs, (unsigned long long)c.msgs, (unsigned long long)total_sent,
+	       (unsigned long long)total_taken, checked, blocked ? "yes" : "no");
+	CHECK(!directed_lost);
+	CHECK(total_sent > 0 && total_taken == total_sent);
+	CHECK(c.msgs > 0);
+	CHECK(checked > 0 && blocked);
+	rdma_disconnect(c.id);
+	return failures ? 1 : 0;
+}
+
 /* ---- SIGPIPE: the peer dies while we write --------------------------------- */
 static int peer(int fd)
 {
@@ -443,10 +579,12 @@ int main(int argc, char **argv)
 		return peer(atoi(argv[2]));
 	if (argc >= 2 && strcmp(argv[1], "quiet") == 0)
 		return quiet(argc >= 3 ? atof(argv[2]) : 5);
+	if (argc >= 2 && strcmp(argv[1], "directed") == 0)
+		return directed(argc >= 3 ? atof(argv[2]) : 5);
 	if (argc >= 2 && strcmp(argv[1], "pipe") == 0)
 		return pipe_case("/proc/self/exe");
 	if (argc >= 2 && (strcmp(argv[1], "before") == 0 || strcmp(argv[1], "after") == 0))
 		return stress(strcmp(argv[1], "before") == 0, argc >= 3 ? atof(argv[2]) : 5);
-	fprintf(stderr, "usage: sig_stress before|after|quiet [SECS] | pipe\n");
+	fprintf(stderr, "usage: sig_stress before|after|quiet|directed [SECS] | pipe\n");
 	return 2;
 }
