@@ -330,11 +330,24 @@ func (e *Endpoint) completeSend(idx uint32, status uint32, n uint32) {
 
 func (e *Endpoint) completeRecv(rqe *verbs.RQE, c verbs.CQE, solicited bool) {
 	e.compMu.Lock()
+	e.releaseHeldLocked() // a Write held for the answer completes before it
 	if e.dead.Load() {
 		c = verbs.CQE{Status: verbs.WCWRFlushErr, Opcode: verbs.WCOpRecv}
 	}
 	e.qp.CompleteRecv(rqe, c, solicited)
 	e.compMu.Unlock()
+}
+
+// afterOwnWrites returns once a write of the transmitter that is in
+// progress has completed what it finished. The receiver calls it before a
+// completion caused by the peer's data (a message, a Read or Atomic
+// Response): the peer sent that data only after it received ours, so our
+// work request's completion must be on the CQ first, as on hardware. Without
+// it the gap between a sendmsg (or ring write, or direct placement) and the
+// completions it retires let the answer's completion come first.
+func (e *Endpoint) afterOwnWrites() {
+	e.tx.wgate.Lock()
+	e.tx.wgate.Unlock()
 }
 
 // termInfo is a Terminate to send: its control word and the offending header.

@@ -1208,6 +1208,7 @@ func (rx *rxState) commit() error {
 	case actRecvDone:
 		rqe := rx.cur.rqe
 		rx.cur.release()
+		e.afterOwnWrites()
 		e.completeRecv(&rqe, rx.recvCQE, rx.solicited)
 		rx.completed = true
 	case actReadDone, actAtomicDone:
@@ -1215,6 +1216,7 @@ func (rx *rxState) commit() error {
 		o := t.popORD()
 		o.span.Release()
 		if !o.rtr {
+			e.afterOwnWrites()
 			e.completeSend(o.idx, verbs.WCSuccess, o.placed)
 			rx.completed = true
 		}

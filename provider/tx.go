@@ -956,8 +956,7 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 			return nil, stallNone
 		}
 		if op == verbs.WRRDMAWrite && m.total <= directMax && t.mayPlace(nord) && !t.e.qp.MoreSends() &&
-			t.e.shm.writeDirect(sqe.RKey, sqe.RemoteAddr, m.data, m.total) {
-			t.placedDirect(m)
+			t.placeDirect(m, sqe) {
 			return nil, stallNone
 		}
 		if op == verbs.WRRDMAWriteWithImm {
@@ -1050,19 +1049,25 @@ func (t *txState) mayPlace(nord int) bool {
 	return t.e.shm != nil && nord == 0 && t.queued == t.written && len(t.acts) == 0
 }
 
-// placedDirect completes the work request of m, done by direct placement:
-// under wgate, as a write of the batch retires what it finished, so that a
-// failure starting meanwhile cannot flush a Write already in the peer's
-// memory.
-func (t *txState) placedDirect(m *txMsg) {
+// placeDirect does the Write m by direct placement into the peer's memory
+// (shmdirect.go) and completes its work request, or reports that it could
+// not. Under wgate, as a write of the batch and the retiring of what it
+// finished: a failure starting meanwhile cannot flush a Write already in the
+// peer's memory, and an answer the peer sends once it sees the data is
+// completed after this Write (endpoint.go, completeCaused).
+func (t *txState) placeDirect(m *txMsg, sqe *verbs.SQE) bool {
 	t.wgate.Lock()
 	defer t.wgate.Unlock()
+	if !t.e.shm.writeDirect(sqe.RKey, sqe.RemoteAddr, m.data, m.total) {
+		return false
+	}
 	if testAfterWrite != nil {
 		testAfterWrite(t.e)
 	}
 	m.release()
 	t.free = append(t.free, m)
 	t.e.completeSend(m.idx, verbs.WCSuccess, uint32(m.total))
+	return true
 }
 
 // mssRecheck bounds how often a transmitter asks the socket for its MSS
