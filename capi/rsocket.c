@@ -784,6 +784,40 @@ static int grs_put_int(void *optval, socklen_t *optlen, int v)
 	return 0;
 }
 
+/* TCP_INFO: programs that print it every interval (iperf3, sockperf) get the
+ * state and segment size an rsocket has; the kernel's counters (RTT,
+ * retransmits, congestion window) are those of a connection we do not see,
+ * and read 0. Truncated to the caller's length, as the kernel does. */
+static int grs_tcp_info(const struct grs *rs, void *optval, socklen_t *optlen)
+{
+	struct tcp_info ti;
+
+	if (!optval || !optlen) {
+		errno = EFAULT;
+		return -1;
+	}
+	memset(&ti, 0, sizeof(ti));
+	switch (rs->state) {
+	case GRS_LISTENING:
+		ti.tcpi_state = TCP_LISTEN;
+		break;
+	case GRS_OPENING:
+		ti.tcpi_state = rs->passive ? TCP_SYN_RECV : TCP_SYN_SENT;
+		break;
+	case GRS_CONNECTED:
+		ti.tcpi_state = TCP_ESTABLISHED;
+		break;
+	default:
+		ti.tcpi_state = TCP_CLOSE;
+		break;
+	}
+	ti.tcpi_snd_mss = ti.tcpi_rcv_mss = ti.tcpi_advmss = GRS_MSS;
+	if (*optlen > sizeof(ti))
+		*optlen = sizeof(ti);
+	memcpy(optval, &ti, *optlen);
+	return 0;
+}
+
 int rgetsockopt(int socket, int level, int optname, void *optval, socklen_t *optlen)
 {
 	struct grs *rs = grs_get(socket);
@@ -828,7 +862,9 @@ int rgetsockopt(int socket, int level, int optname, void *optval, socklen_t *opt
 		case TCP_NODELAY:
 			return grs_put_int(optval, optlen, !!(rs->tcp_opts & (1ull << optname)));
 		case TCP_MAXSEG:
-			return grs_put_int(optval, optlen, 2048);
+			return grs_put_int(optval, optlen, GRS_MSS);
+		case TCP_INFO:
+			return grs_tcp_info(rs, optval, optlen);
 		}
 		break;
 	case IPPROTO_IPV6:

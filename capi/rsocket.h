@@ -40,6 +40,7 @@
 #define GRS_SNDLOWAT 2048       /* send only when this much send buffer is free */
 #define GRS_MAX_XFER 65536      /* largest single RDMA Write of stream data */
 #define GRS_FIRST_XFER 2048     /* first write of a large send: start the pipe early */
+#define GRS_MSS 2048            /* what TCP_MAXSEG and TCP_INFO report */
 #define GRS_CTRL_SLOTS 4        /* send WQEs kept back for control messages */
 #define GRS_SGL_ENTRIES 2       /* entries of our target SGL */
 #define GRS_SPIN_USEC 10        /* poll this long before sleeping on the CQ */

@@ -140,7 +140,13 @@ static int case_stream(void)
 	iov[1] = (struct iovec){ out + 10, 0 };
 	iov[2] = (struct iovec){ out + 10, 4000 };
 	CHECK(rwritev(fd, iov, 3) == 4010);
-	send_all(fd, out + 4010, BIG - 4010);
+	/* An address on a connected stream socket is ignored, as by TCP. */
+	CHECK(rsendto(fd, out + 4010, 90, 0, (struct sockaddr *)&peer, sizeof(peer)) == 90);
+	send_all(fd, out + 4100, BIG - 4100);
+	struct tcp_info ti;
+	len = sizeof(ti);
+	CHECK(rgetsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && len == sizeof(ti) &&
+	      ti.tcpi_state == TCP_ESTABLISHED && ti.tcpi_snd_mss > 0);
 	CHECK(rrecv(fd, back, BIG, MSG_WAITALL) == (ssize_t)BIG);
 	CHECK(memcmp(out, back, BIG) == 0);
 	CHECK(rshutdown(fd, SHUT_WR) == 0);

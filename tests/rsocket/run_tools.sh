@@ -10,8 +10,9 @@
 #                            usec/xfer (0 < x < 200000); rows of 4 KiB and more
 #                            a non-zero Gb/sec
 #   rcopy                    a 5 MB file arrives intact, the client prints its rate
-#   rspreload PROG ARGS      PROG (rstream with -T s, or iperf3: plain TCP
-#                            programs) under LD_PRELOAD="LIB librspreload.so";
+#   rspreload PROG ARGS      PROG (rstream with -T s, iperf3 or sockperf
+#                            ping-pong: plain TCP programs) under
+#                            LD_PRELOAD="LIB librspreload.so";
 #                            GOIWARP_LOG=debug must show the connection in RTS,
 #                            i.e. it ran over goiwarp's rsockets, not TCP
 #   killpeer rstream ARGS    the server is killed (SIGKILL) in the middle of the
@@ -169,6 +170,24 @@ run_iperf3() {
     fail "no receiver rate"
 }
 
+# sockperf sends with sendto and the peer's address on its connected socket
+# and reads TCP_INFO; its latency summary must be there and sane.
+run_sockperf() {
+  local cr
+  start_server "$tmp/srv" sockperf server --tcp -i 127.0.0.1 -p "$port"
+  LD_PRELOAD=$preload timeout -k 5 "$limit" sockperf ping-pong --tcp -i 127.0.0.1 -p "$port" -t 2 "$@" \
+    >"$tmp/cli" 2>&1
+  cr=$?
+  kill "$sp" 2>/dev/null # sockperf's server serves until killed
+  wait "$sp" 2>/dev/null
+  echo "== client: sockperf ping-pong --tcp -i 127.0.0.1 -p $port -t 2 $* (exit $cr)"
+  grep -v 'debug: cm:' "$tmp/cli"
+  [[ $cr -eq 0 ]] || fail "client exit $cr"
+  grep -q 'debug: qp [0-9]*: RTS' "$tmp/cli" || fail "no RDMA connection in the client's log: not over rsockets"
+  awk '/Summary: Latency is/ { v = $(NF - 1) + 0; ok = v > 0 && v < 100000 } END { exit !ok }' "$tmp/cli" ||
+    fail "no sane latency summary"
+}
+
 [[ $tool == rspreload ]] && export GOIWARP_LOG=debug
 for i in $(seq "$count"); do
   echo "=== run $i of $count"
@@ -177,6 +196,7 @@ for i in $(seq "$count"); do
     if [[ $tool == killpeer ]]; then run_killpeer "$@"; else run_stream "$@"; fi ;;
   rcopy) run_rcopy ;;
   iperf3) run_iperf3 "$@" ;;
+  sockperf) run_sockperf "$@" ;;
   *) fail "unknown tool $prog" ;;
   esac
   port=$((port + 1))
