@@ -42,19 +42,14 @@ import (
 // (bench/README.md); ib_write_bw -b's, placing Writes between posts, too.
 // So only a ping-pong -- wake-ups in a row that completed nothing, each a
 // few posts after the last -- pins a thread; any other wake-up releases
-// every thread pinned so far.
-
-// procCPUs is the process's CPU affinity when the library started.
-var procCPUs = func() (s unix.CPUSet) {
-	if unix.SchedGetaffinity(0, &s) != nil {
-		s.Zero()
-	}
-	return s
-}()
+// every thread pinned so far. And only where the user opted in
+// (GOIWARP_PIN_RX=1): it is the host process's affinity, which a taskset,
+// a cpuset or an MPI binding owns.
 
 // keepOffPoster runs on the RX goroutine after a wake-up that placed data;
 // cpu and posts are the QP's (verbs.QP.Poster), arms rx.arms, completed
-// says the wake-up completed work.
+// says the wake-up completed work. Only with GOIWARP_PIN_RX=1: it changes
+// the affinity of a thread of the host process.
 func (rx *rxState) keepOffPoster(cpu int, posts, arms uint32, completed bool) {
 	posted := posts - rx.posterPosts
 	if posted == 0 && !completed || cpu < 0 {
@@ -74,48 +69,76 @@ func (rx *rxState) keepOffPoster(cpu int, posts, arms uint32, completed bool) {
 		rx.pingPongs++
 		return
 	}
-	var here uint32
-	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&here)), 0, 0); errno != 0 || int(here) != cpu {
+	if currentCPU() != cpu {
 		return
 	}
-	if set, ok := offCPU(procCPUs, cpu); ok && unix.SchedSetaffinity(0, &set) == nil {
-		notePinned(unix.Gettid())
+	tid := unix.Gettid()
+	var own unix.CPUSet
+	if isPinned(tid) || unix.SchedGetaffinity(0, &own) != nil {
+		return
+	}
+	if set, ok := offCPU(own, cpu); ok && unix.SchedSetaffinity(0, &set) == nil {
+		notePinned(tid, own)
 	}
 }
 
-// pinned lists the threads keepOffPoster took off a CPU; pinnedAny says
-// the list is not empty (the check on every other wake-up).
+// currentCPU is the CPU the calling thread runs on, or -1 (a variable for
+// tests).
+var currentCPU = func() int {
+	var here uint32
+	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&here)), 0, 0); errno != 0 {
+		return -1
+	}
+	return int(here)
+}
+
+// pinned lists the threads keepOffPoster took off a CPU, each with the
+// affinity it had before (the application's: a taskset or cpuset change
+// since the library started is kept); pinnedAny says the list is not empty
+// (the check on every other wake-up).
 var (
 	pinned struct {
 		sync.Mutex
-		tids []int
+		threads []pinnedThread
 	}
 	pinnedAny atomic.Bool
 )
 
-func notePinned(tid int) {
-	pinned.Lock()
-	if !slices.Contains(pinned.tids, tid) {
-		pinned.tids = append(pinned.tids, tid)
+type pinnedThread struct {
+	tid  int
+	mask unix.CPUSet
+}
+
+func isPinned(tid int) bool {
+	if !pinnedAny.Load() {
+		return false
 	}
+	pinned.Lock()
+	defer pinned.Unlock()
+	return slices.ContainsFunc(pinned.threads, func(p pinnedThread) bool { return p.tid == tid })
+}
+
+func notePinned(tid int, mask unix.CPUSet) {
+	pinned.Lock()
+	pinned.threads = append(pinned.threads, pinnedThread{tid, mask})
 	pinnedAny.Store(true)
 	pinned.Unlock()
 }
 
-// releasePinned gives every pinned thread the process's CPUs back. A thread
-// that has exited is skipped: the signal-0 probe finds only this process's
+// releasePinned gives every pinned thread its affinity back. A thread that
+// has exited is skipped: the signal-0 probe finds only this process's
 // threads, so a TID reused elsewhere is left alone.
 func releasePinned() {
 	if !pinnedAny.Load() {
 		return
 	}
 	pinned.Lock()
-	for _, tid := range pinned.tids {
-		if unix.Tgkill(unix.Getpid(), tid, 0) == nil {
-			_ = unix.SchedSetaffinity(tid, &procCPUs)
+	for _, p := range pinned.threads {
+		if unix.Tgkill(unix.Getpid(), p.tid, 0) == nil {
+			_ = unix.SchedSetaffinity(p.tid, &p.mask)
 		}
 	}
-	pinned.tids = pinned.tids[:0]
+	pinned.threads = pinned.threads[:0]
 	pinnedAny.Store(false)
 	pinned.Unlock()
 }

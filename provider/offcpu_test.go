@@ -14,10 +14,8 @@ import (
 // armed none of its CQs, a receive thread on the poster's CPU leaves that
 // CPU; in every other case it stays where it is.
 func TestKeepOffPoster(t *testing.T) {
-	here := firstCPU(t)
-	pinned := unix.CPUSet{}
-	pinned.Set(here)
-	left, _ := offCPU(procCPUs, here)
+	here, all := onCPU(t)
+	left, _ := offCPU(all, here)
 	for _, tc := range []struct {
 		name      string
 		cpu       int
@@ -31,13 +29,13 @@ func TestKeepOffPoster(t *testing.T) {
 		wantArms  uint32
 	}{
 		{"the poster's CPU, a new post", here, 5, 4, 0, false, pinAfter, left, 5, 0},
-		{"a ping-pong not yet seen long enough", here, 5, 4, 0, false, pinAfter - 1, pinned, 5, 0},
-		{"no post since the last look", here, 4, 4, 0, false, pinAfter, pinned, 4, 0},
-		{"the poster on another CPU", here + 1, 5, 4, 0, false, pinAfter, pinned, 5, 0},
-		{"the poster's CPU unknown", -1, 5, 4, 0, false, pinAfter, pinned, 4, 0},
-		{"a CQ armed since: the poster sleeps", here, 5, 4, 1, false, pinAfter, pinned, 5, 1},
-		{"the wake-up completed work", here, 5, 4, 0, true, pinAfter, pinned, 5, 0},
-		{"a stream: many posts since", here, 4 + pinPostsMax + 1, 4, 0, false, pinAfter, pinned, 4 + pinPostsMax + 1, 0},
+		{"a ping-pong not yet seen long enough", here, 5, 4, 0, false, pinAfter - 1, all, 5, 0},
+		{"no post since the last look", here, 4, 4, 0, false, pinAfter, all, 4, 0},
+		{"the poster on another CPU", here + 1, 5, 4, 0, false, pinAfter, all, 5, 0},
+		{"the poster's CPU unknown", -1, 5, 4, 0, false, pinAfter, all, 4, 0},
+		{"a CQ armed since: the poster sleeps", here, 5, 4, 1, false, pinAfter, all, 5, 1},
+		{"the wake-up completed work", here, 5, 4, 0, true, pinAfter, all, 5, 0},
+		{"a stream: many posts since", here, 4 + pinPostsMax + 1, 4, 0, false, pinAfter, all, 4 + pinPostsMax + 1, 0},
 		{"a few posts since", here, 4 + pinPostsMax, 4, 0, false, pinAfter, left, 4 + pinPostsMax, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,39 +46,33 @@ func TestKeepOffPoster(t *testing.T) {
 				// test changed ends with the goroutine.
 				runtime.LockOSThread()
 				var s unix.CPUSet
-				if unix.SchedSetaffinity(0, &pinned) == nil {
-					rx := &rxState{posterPosts: tc.lastPosts, pingPongs: tc.streak}
-					rx.keepOffPoster(tc.cpu, tc.posts, tc.arms, tc.completed)
-					posts, arms = rx.posterPosts, rx.posterArms
-					_ = unix.SchedGetaffinity(0, &s)
-				}
+				rx := &rxState{posterPosts: tc.lastPosts, pingPongs: tc.streak}
+				rx.keepOffPoster(tc.cpu, tc.posts, tc.arms, tc.completed)
+				posts, arms = rx.posterPosts, rx.posterArms
+				_ = unix.SchedGetaffinity(0, &s)
 				got <- s
 			}()
 			assert.Equal(t, tc.want, <-got)
 			assert.Equal(t, tc.wantPosts, posts)
 			assert.Equal(t, tc.wantArms, arms)
+			releasePinned()
 		})
 	}
 }
 
-// A thread keepOffPoster pinned gets the process's CPUs back at the first
-// look that finds no ping-pong, made by whichever thread: pinned threads
-// starve beside another process's spinner.
+// A thread keepOffPoster pinned gets its own affinity back (not one read
+// when the library started: a taskset since then is kept) at the first look
+// that finds no ping-pong, made by whichever thread: pinned threads starve
+// beside another process's spinner.
 func TestPinnedThreadsReleased(t *testing.T) {
-	here := firstCPU(t)
-	left, _ := offCPU(procCPUs, here)
+	here, all := onCPU(t)
+	left, _ := offCPU(all, here)
 	tidc, done := make(chan int), make(chan struct{})
 	defer close(done)
 	go func() {
 		// Locked and never unlocked: the thread whose mask the test
 		// changed ends with the goroutine.
 		runtime.LockOSThread()
-		on := unix.CPUSet{}
-		on.Set(here)
-		if unix.SchedSetaffinity(0, &on) != nil {
-			tidc <- -1
-			return
-		}
 		rx := &rxState{posterPosts: 4}
 		for i := range uint32(pinAfter + 1) {
 			rx.keepOffPoster(here, 5+i, 0, false)
@@ -89,7 +81,6 @@ func TestPinnedThreadsReleased(t *testing.T) {
 		<-done
 	}()
 	tid := <-tidc
-	require.Positive(t, tid)
 	mask := func() (s unix.CPUSet) {
 		require.NoError(t, unix.SchedGetaffinity(tid, &s))
 		return s
@@ -98,22 +89,28 @@ func TestPinnedThreadsReleased(t *testing.T) {
 	require.True(t, pinnedAny.Load())
 
 	(&rxState{}).keepOffPoster(here, 6, 0, true)
-	assert.Equal(t, procCPUs, mask(), "released by another thread's look")
+	assert.Equal(t, all, mask(), "released by another thread's look")
 	assert.False(t, pinnedAny.Load())
 }
 
-// firstCPU is the process's first CPU; the test is skipped on one CPU,
-// where no thread has anywhere to go.
-func firstCPU(t *testing.T) int {
+// onCPU makes the test's threads seem to run on the process's first CPU
+// (currentCPU) and returns it with the process's CPUs; the test is skipped
+// on one CPU, where no thread has anywhere to go.
+func onCPU(t *testing.T) (int, unix.CPUSet) {
 	t.Helper()
-	if procCPUs.Count() < 2 {
+	var all unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &all))
+	if all.Count() < 2 {
 		t.Skip("one CPU: nowhere to go")
 	}
-	for c := 0; ; c++ {
-		if procCPUs.IsSet(c) {
-			return c
-		}
+	here := 0
+	for !all.IsSet(here) {
+		here++
 	}
+	saved := currentCPU
+	currentCPU = func() int { return here }
+	t.Cleanup(func() { currentCPU = saved })
+	return here, all
 }
 
 func TestOffCPU(t *testing.T) {

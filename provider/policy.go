@@ -65,6 +65,14 @@ import (
 //	                      a lone small RDMA Write with process_vm_writev
 //	                      (shmdirect.go); 0 sends it through the rings as an
 //	                      FPDU.
+//	GOIWARP_SHM_PTRACER   0 (default) or 1: where Yama's ptrace_scope is 1,
+//	                      name a same-host peer as this process's ptracer
+//	                      (PR_SET_PTRACER) so that it may place Writes
+//	                      directly; it replaces the application's own
+//	                      setting and grants the peer ptrace rights.
+//	GOIWARP_PIN_RX        0 (default) or 1: let the receive thread of a
+//	                      ping-pong take the poster's CPU out of its own
+//	                      affinity (offcpu.go).
 //	GOIWARP_RX_SPIN       how long the receive path goes on reading its
 //	                      socket (or same-host ring) without blocking after
 //	                      it found data no poller asked for, one connection
@@ -103,6 +111,10 @@ type Policy struct {
 	SHM       ShmMode
 	ShmRing   int
 	ShmDirect bool
+	// ShmPtracer and PinRX: see GOIWARP_SHM_PTRACER and GOIWARP_PIN_RX,
+	// the opt-ins to changing the process's ptracer and affinity.
+	ShmPtracer bool
+	PinRX      bool
 	// RxSpin: see GOIWARP_RX_SPIN.
 	RxSpin time.Duration
 }
@@ -299,6 +311,8 @@ func PolicyFromEnv() Policy {
 		return true
 	})
 	env("GOIWARP_SHM_DIRECT", flag(&p.ShmDirect))
+	env("GOIWARP_SHM_PTRACER", flag(&p.ShmPtracer))
+	env("GOIWARP_PIN_RX", flag(&p.PinRX))
 	env("GOIWARP_RX_SPIN", durationInto(&p.RxSpin, true))
 	env("GOIWARP_SHM_RING", func(v string) bool {
 		n, err := strconv.Atoi(v)

@@ -866,7 +866,7 @@ func (rx *rxState) loop() {
 			rnr, since = rx.rnrWait && !ended, rx.rnrSince
 			rx.tok.Unlock()
 			spin = got && !ended && !rnr && spinAllowed(rx.spinWindow)
-			if got {
+			if got && e.pol != nil && e.pol.PinRX {
 				cpu, posts := e.qp.Poster()
 				rx.keepOffPoster(cpu, posts, rx.arms.Load(), completed) // offcpu.go
 			}

@@ -135,6 +135,8 @@ func offerShm(pol *Policy, c *net.TCPConn, timeout time.Duration) *shmOffer {
 					Debugf("shm %v -> %v: %v; staying on TCP", c.LocalAddr(), c.RemoteAddr(), err)
 				} else if !pol.ShmDirect {
 					l.dir.off.Store(true)
+				} else {
+					l.allowPeer(pol)
 				}
 				o.done <- l
 			}()
@@ -228,6 +230,8 @@ func answerShm(pol *Policy, c *net.TCPConn) *shmLink {
 		Debugf("shm %v <- %v: %v; staying on TCP", c.LocalAddr(), c.RemoteAddr(), err)
 	} else if !pol.ShmDirect {
 		l.dir.off.Store(true)
+	} else {
+		l.allowPeer(pol)
 	}
 	return l
 }

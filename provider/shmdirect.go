@@ -89,13 +89,26 @@ func (l *shmLink) attachPeer(fd, credPid, sentPid int) {
 		Debugf("shm: peer's MR table: %v: no direct placement", err)
 		return
 	}
-	if yamaScope() == 1 && credPid != selfPid {
-		// Yama lets only ancestors trace a process; the peer is usually
-		// a sibling. Name it (one process at a time: an earlier peer is
-		// refused from now and goes back to FPDUs).
-		_ = unix.Prctl(unix.PR_SET_PTRACER, uintptr(credPid), 0, 0, 0)
-	}
 	l.dir.pid, l.dir.table = credPid, v
+}
+
+// allowPeer is for Yama's ptrace_scope 1, which lets only a process's
+// ancestors (and a process it names) use process_vm_writev on it; the peer
+// is usually a sibling. Naming it with PR_SET_PTRACER replaces the
+// application's own choice and grants the peer full ptrace rights, so it is
+// done only where the user asked (GOIWARP_SHM_PTRACER=1; one process at a
+// time: an earlier peer is refused from then on and goes back to FPDUs).
+// Otherwise the peer's first placement is refused and it sends its Writes
+// through the ring, as FPDUs.
+func (l *shmLink) allowPeer(pol *Policy) {
+	if l.dir.table == nil || yamaScope() != 1 || l.dir.pid == selfPid {
+		return
+	}
+	if !pol.ShmPtracer {
+		Debugf("shm: Yama ptrace_scope 1: peer %d's Writes come through the ring (GOIWARP_SHM_PTRACER=1 lets it place them directly)", l.dir.pid)
+		return
+	}
+	_ = unix.Prctl(unix.PR_SET_PTRACER, uintptr(l.dir.pid), 0, 0, 0)
 }
 
 // openTarget tells the peer that our QP (of PD pd) accepts placements.
