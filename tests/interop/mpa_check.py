@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""mpa_check.py PCAP --rev N --crc 0|1 --p2p 0|1 [--siw-ip IP]
+"""mpa_check.py PCAP --rev N --crc 0|1 --p2p 0|1 [--siw-ip IP] [--failed-ports P,...]
 mpa_check.py PCAP --stalls
 
 Reads the MPA request/reply frames of a capture taken in the siw guest
@@ -15,11 +15,12 @@ side sent no request. --failed-ports P,P,...: the responder ports of the
 attempts of rows that failed (run.sh gives each attempt its own server
 port); a connection to one of them may lack its request or reply (the peer
 stalled, a program died: the row's own verdict judges that attempt), but
-the bits of every frame it did send are checked like any other. --stalls lists instead ("STALL <port>") goiwarp's
-connections to a siw server that stalled the way the README's siw 6.1
-siw_accept() window does: siw sent its reply, goiwarp sent FPDUs after it,
-and siw never sent a byte of payload after its reply. A small parser instead of tshark: Wireshark's MPA
-dissector does not decode the RFC 6581 IRD/ORD words.
+the bits of every frame it did send are checked like any other.
+--stalls lists instead ("STALL <port>") goiwarp's connections to a siw
+server that stalled the way the README's siw 6.1 siw_accept() window does:
+siw sent its reply, goiwarp sent FPDUs after it, and siw never sent a byte
+of payload after its reply. A small parser instead of tshark: Wireshark's
+MPA dissector does not decode the RFC 6581 IRD/ORD words.
 """
 import argparse
 import socket
