@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""mpa_check.py PCAP --rev N --crc 0|1 --p2p 0|1 [--siw-ip IP]
+"""mpa_check.py PCAP --rev N --crc 0|1 --p2p 0|1 [--siw-ip IP] [--failed-ports P,...]
 mpa_check.py PCAP --stalls
 
 Reads the MPA request/reply frames of a capture taken in the siw guest
@@ -11,11 +11,16 @@ requests offer P2P with RTR types and our replies to them echo P and one
 offered type; our requests and siw's replies to them do not have P).
 Frames from --siw-ip (the guest, 10.0.2.15) are siw's, the others goiwarp's.
 Prints one line per connection; exit status 1 when a check fails or either
-side sent no request. --stalls lists instead ("STALL <port>") goiwarp's
-connections to a siw server that stalled the way the README's siw 6.1
-siw_accept() window does: siw sent its reply, goiwarp sent FPDUs after it,
-and siw never sent a byte of payload after its reply. A small parser instead of tshark: Wireshark's MPA
-dissector does not decode the RFC 6581 IRD/ORD words.
+side sent no request. --failed-ports P,P,...: the responder ports of the
+attempts of rows that failed (run.sh gives each attempt its own server
+port); a connection to one of them may lack its request or reply (the peer
+stalled, a program died: the row's own verdict judges that attempt), but
+the bits of every frame it did send are checked like any other.
+--stalls lists instead ("STALL <port>") goiwarp's connections to a siw
+server that stalled the way the README's siw 6.1 siw_accept() window does:
+siw sent its reply, goiwarp sent FPDUs after it, and siw never sent a byte
+of payload after its reply. A small parser instead of tshark: Wireshark's
+MPA dissector does not decode the RFC 6581 IRD/ORD words.
 """
 import argparse
 import socket
@@ -120,56 +125,45 @@ def describe(fr):
     return s
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("pcap")
-    ap.add_argument("--rev", type=int, default=2)
-    ap.add_argument("--stalls", action="store_true")
-    ap.add_argument("--crc", type=int, default=0)
-    ap.add_argument("--p2p", type=int, default=0)
-    ap.add_argument("--siw-ip", default="10.0.2.15")
-    a = ap.parse_args()
-    if a.stalls:
-        for port in stalls(a.pcap, a.siw_ip):
-            print("STALL %d" % port)
-        return 0
-
+def check(frs, rev, crc, p2p, siw_ip, failed_ports=()):
+    """Checks the handshakes of frames frs; returns (lines, problems)."""
     conns = {}  # (initiator addr, responder addr) -> [request, reply]
-    for fr in frames(a.pcap):
+    for fr in frs:
         k = (fr["src"], fr["dst"]) if fr["req"] else (fr["dst"], fr["src"])
         conns.setdefault(k, [None, None])[0 if fr["req"] else 1] = fr
-    bad = []
+    lines, bad = [], []
     nreq = {"siw": 0, "goiwarp": 0}
     for (ini, resp), (req, rep) in sorted(conns.items()):
-        who = "siw" if ini[0] == a.siw_ip else "goiwarp"
-        errs = []
+        who = "siw" if ini[0] == siw_ip else "goiwarp"
+        errs, notes = [], []
+        missing = notes if resp[1] in failed_ports else errs
         if req is None:
-            errs.append("no request captured")
+            missing.append("no request captured")
         else:
             nreq[who] += 1
         if rep is None:
-            errs.append("no reply captured")
+            missing.append("no reply captured")
         for fr in (req, rep):
             if fr is None:
                 continue
-            sender = "siw" if fr["src"][0] == a.siw_ip else "goiwarp"
+            sender = "siw" if fr["src"][0] == siw_ip else "goiwarp"
             name = "%s's %s" % (sender, "request" if fr["req"] else "reply")
-            if fr["rev"] != a.rev:
-                errs.append("%s: revision %d, want %d" % (name, fr["rev"], a.rev))
-            if fr["H"] != (1 if a.rev == 2 else 0):
+            if fr["rev"] != rev:
+                errs.append("%s: revision %d, want %d" % (name, fr["rev"], rev))
+            if fr["H"] != (1 if rev == 2 else 0):
                 errs.append("%s: H %d" % (name, fr["H"]))
             if fr["M"] or fr["R"]:
                 errs.append("%s: M or R set" % name)
             # Requests: C as configured. Replies echo the request's C (siw
             # 6.1 sets C in a reply of its own accord only with
             # mpa_crc_strict).
-            want_c = a.crc if fr["req"] or req is None else req["C"]
+            want_c = crc if fr["req"] or req is None else req["C"]
             if fr["C"] != want_c:
                 errs.append("%s: C %d, want %d" % (name, fr["C"], want_c))
-            if a.rev == 2 and fr["ird"] is None:
+            if rev == 2 and fr["ird"] is None:
                 errs.append("%s: no IRD/ORD words" % name)
-        if a.rev == 2 and req and rep and req["ird"] is not None and rep["ird"] is not None:
-            offered = a.p2p and who == "siw"
+        if rev == 2 and req and rep and req["ird"] is not None and rep["ird"] is not None:
+            offered = p2p and who == "siw"
             if bool(req["ird"] & P2P) != bool(offered):
                 errs.append("request P %d, want %d" % (req["ird"] & P2P and 1, offered))
             if offered:
@@ -181,15 +175,36 @@ def main():
                     errs.append("reply does not echo P2P with one offered RTR type")
             elif rep["ird"] & P2P:
                 errs.append("reply has P without a P2P request")
-        print("%-7s %s:%d -> %s:%d  %s | %s%s" % (
+        lines.append("%-7s %s:%d -> %s:%d  %s | %s%s%s" % (
             who, ini[0], ini[1], resp[0], resp[1], describe(req) if req else "-", describe(rep) if rep else "-",
-            "  BAD: " + "; ".join(errs) if errs else ""))
+            "  BAD: " + "; ".join(errs) if errs else "",
+            "  (attempt failed, not counted: " + "; ".join(notes) + ")" if notes else ""))
         bad += errs
     for who, n in nreq.items():
         if n == 0:
             bad.append("no request from %s captured" % who)
-            print("BAD: no request from %s captured" % who)
-    print("mpa_check: %d connections, %d problems" % (len(conns), len(bad)))
+            lines.append("BAD: no request from %s captured" % who)
+    lines.append("mpa_check: %d connections, %d problems" % (len(conns), len(bad)))
+    return lines, bad
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("pcap")
+    ap.add_argument("--rev", type=int, default=2)
+    ap.add_argument("--stalls", action="store_true")
+    ap.add_argument("--crc", type=int, default=0)
+    ap.add_argument("--p2p", type=int, default=0)
+    ap.add_argument("--siw-ip", default="10.0.2.15")
+    ap.add_argument("--failed-ports", default="")
+    a = ap.parse_args()
+    if a.stalls:
+        for port in stalls(a.pcap, a.siw_ip):
+            print("STALL %d" % port)
+        return 0
+    failed = {int(p) for p in a.failed_ports.split(",") if p}
+    lines, bad = check(frames(a.pcap), a.rev, a.crc, a.p2p, a.siw_ip, failed)
+    print("\n".join(lines))
     return 1 if bad else 0
 
 

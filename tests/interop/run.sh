@@ -9,8 +9,11 @@
 # the server and siw as the client (the guest reaches the host as 10.0.2.2).
 # One guest boot per configuration runs all its rows as a job queue
 # (guest-loop.sh), with tcpdump in the guest; mpa_check.py then checks the
-# MPA bits of every handshake in the capture. Configurations (all by
-# default):
+# MPA bits of every handshake in the capture. Every attempt of a row has a
+# server port of its own, so the check knows each connection's attempt: one
+# of an attempt that failed may lack its request or reply (its row's verdict
+# judges that attempt), the bits of what it sent are checked all the same.
+# Configurations (all by default):
 #   rev2   MPA revision 2, both sides' defaults
 #   rev1   MPA revision 1 (siw mpa_version=1, GOIWARP_MPA_REV=1)
 #   crcp2p siw mpa_crc_required=1 peer_to_peer=1, GOIWARP_MPA_CRC=1 (CRC on
@@ -58,7 +61,7 @@ for t in python3 ss rping ib_write_bw ucmatose rstream; do
   command -v $t >/dev/null || unavailable "$t not installed (build/deps.sh all)"
 done
 
-HPORT=12074 GPORT=7174   # siw server rows
+HPORT=12074 GPORT=7174   # siw server rows: 12074.. -> 7174.., a pair per attempt of a boot
 GIWPORT=12010            # goiwarp server rows: 12010.. (a new port per run)
 ROW_T=40                 # bound on one side of one row (s)
 BOOT_T=600               # bound on one boot (s)
@@ -75,6 +78,7 @@ rows=(
   "ucmatose|ucmatose -p PORT -C 20|ucmatose -s ADDR -p PORT -C 20"
   "rstream|rstream -T b -T v -S 100000 -C 20 -p PORT|rstream -T b -T v -S 100000 -C 20 -s ADDR -p PORT"
 )
+nsiw=$((2 * ${#rows[@]})) # forwarded pairs: two attempts of every siw-server row
 
 mkdir -p "$out"
 results=()
@@ -87,12 +91,13 @@ boot() { # cfg siw_opts -> starts the guest; its share dir is $share
   boots=$((boots + 1))
   share=$cdir/share.$boots
   rm -rf "$share"; mkdir -p "$share/jobs"
-  job=0
-  bash "$interop/run-guest.sh" -t $BOOT_T -p "$HPORT:$GPORT" -s "$share" -l "$cdir/guest.$boots.log" \
+  job=0 siwnext=0
+  local fwd="" i
+  for ((i = 0; i < nsiw; i++)); do fwd+="$((HPORT + i)):$((GPORT + i)) "; done
+  bash "$interop/run-guest.sh" -t $BOOT_T -p "$fwd" -s "$share" -l "$cdir/guest.$boots.log" \
     -e SIW_OPTS="$opts" -e CAPTURE=1 -e DMESG=1 -e TRAILER_DEBUG=$crc -e GUEST_TIMEOUT=$((BOOT_T - 15)) -c "$here/guest-loop.sh" \
     >/dev/null 2>"$cdir/run-guest.$boots.err" &
   gpid=$!
-  local i
   for ((i = 0; i < 240; i++)); do
     [[ -f $share/ready ]] && return 0
     kill -0 "$gpid" 2>/dev/null || break
@@ -129,14 +134,17 @@ guest_wait() { # jn seconds -> 0 when the job's rc is there
   return 1
 }
 
-# ---- one attempt of one row in one direction; logs in $a.{host,guest}
+# ---- one attempt of one row in one direction; logs in $a.{host,guest}; the
+# server's port (as the guest sees it) in $aport
 attempt() { # dir(siw-server|giw-server) server-cmd client-cmd logprefix
   local dir=$1 srv=$2 cli=$3 a=$4 hrc grc
   if [[ $dir == siw-server ]]; then
-    srv=${srv//PORT/$GPORT}
-    cli=${cli//PORT/$HPORT}; cli=${cli//ADDR/127.0.0.1}
+    aport=$((GPORT + siwnext))
+    srv=${srv//PORT/$aport}
+    cli=${cli//PORT/$((HPORT + siwnext))}; cli=${cli//ADDR/127.0.0.1}
+    siwnext=$((siwnext + 1))
     local hexp
-    hexp=$(printf '%04X' $GPORT)
+    hexp=$(printf '%04X' $aport)
     # The marker once siw listens (its kernel socket is in /proc/net/tcp):
     # before, qemu's forwarder accepts and closes.
     guest_job "timeout $ROW_T $srv & p=\$!
@@ -153,6 +161,7 @@ wait \$p"
     hrc=$?
   else
     local port=$GIWPORT
+    aport=$port
     GIWPORT=$((GIWPORT + 1)); ((GIWPORT > 12069)) && GIWPORT=12010
     srv=${srv//PORT/$port}
     cli=${cli//PORT/$port}; cli=${cli//ADDR/10.0.2.2}
@@ -254,6 +263,7 @@ run_row() { # name dir srv cli
       verdict=PASS; break
     fi
     verdict=FAIL
+    echo "$aport" >>"$share/failed-ports" # this boot's capture check reads it
     if [[ $(cut -d' ' -f2 "$a.$n.rc") == wedged ]]; then
       echo "  $name $dir: guest wedged; rebooting it"
       halt; boot "$cfg" "$siw_opts" || break
@@ -302,7 +312,8 @@ for cfg in "${configs[@]}"; do
   ok=1
   for p in "$cdir"/share.*/guest.pcap; do
     [[ -f $p ]] || continue
-    python3 "$here/mpa_check.py" "$p" --rev $rev --crc $crc --p2p $p2p >"$p.check" 2>&1 || ok=0
+    python3 "$here/mpa_check.py" "$p" --rev $rev --crc $crc --p2p $p2p \
+      --failed-ports "$(paste -sd, "${p%/*}/failed-ports" 2>/dev/null)" >"$p.check" 2>&1 || ok=0
   done
   ls "$cdir"/share.*/guest.pcap >/dev/null 2>&1 || ok=0
   summary=$(cat "$cdir"/share.*/guest.pcap.check 2>/dev/null | grep '^mpa_check' | tr '\n' ' ')
