@@ -11,7 +11,12 @@
  *     the inline ops of context->ops and ibv_wr_*; the parent's connection
  *     is unaffected (it goes on moving data);
  *   - the child forks again after its own traffic: the grandchild uses RDMA
- *     the same way and gets the same errors for the child's objects.
+ *     the same way and gets the same errors for the child's objects;
+ *   - with two Go runtimes in the process (the dead copy's signal handlers
+ *     are still installed under the new one's): an interval timer's SIGALRM
+ *     reaches the handler the child installs with signal() (perftest -D),
+ *     and a Send from registered memory the grandchild unmapped completes
+ *     IBV_WC_LOC_PROT_ERR (the new core's fault recovery, a SIGSEGV).
  * Each connection: the server accepts with its buffer's address and rkey in
  * the private data; per round the client Writes a pattern there and Sends
  * the round's tag, the server checks the buffer and Sends the tag back.
@@ -24,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -176,7 +183,7 @@ static int server(int port_fd)
 				break;
 			continue;
 		}
-		if (wc.status == IBV_WC_WR_FLUSH_ERR) /* the client disconnected */
+		if (wc.status == IBV_WC_WR_FLUSH_ERR) /* the client disconnected, or its QP failed */
 			break;
 		REQUIRE(wc.status == IBV_WC_SUCCESS);
 		if (wc.opcode != IBV_WC_RECV)
@@ -276,6 +283,34 @@ static void foreign_objects_refused(struct ep *p, struct ibv_qp_ex *qpx)
 #undef EPERM_IS
 }
 
+static volatile sig_atomic_t alarms;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	alarms++;
+}
+
+/* A Send from registered memory that is no longer mapped fails its QP
+ * cleanly: the engine's read faults (SIGSEGV) and the fault is recovered. */
+static void send_unmapped(struct ep *c)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	void *m = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *mr;
+
+	REQUIRE(m != MAP_FAILED);
+	REQUIRE((mr = ibv_reg_mr(c->pd, m, (size_t)pg, IBV_ACCESS_LOCAL_WRITE)));
+	REQUIRE(munmap(m, (size_t)pg) == 0);
+	struct ibv_sge s = {.addr = (uintptr_t)m, .length = (uint32_t)pg, .lkey = mr->lkey};
+	struct ibv_send_wr w = {.sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+				.send_flags = IBV_SEND_SIGNALED}, *bad;
+	REQUIRE(ibv_post_send(c->id->qp, &w, &bad) == 0);
+	struct ibv_wc wc = poll1(c->cq);
+	CHECK(wc.status == IBV_WC_LOC_PROT_ERR);
+	ibv_dereg_mr(mr);
+}
+
 /* A process forked after its parent's first call: refuses the parent's
  * objects, connects to ports[0] and moves data; forks a grandchild (which
  * uses ports[1]) while generations > 1. */
@@ -285,12 +320,20 @@ static int child(struct ep *parent, struct ibv_qp_ex *parent_qpx, const int *por
 	pid_t pid = 0;
 	int st;
 
+	struct itimerval every_ms = {.it_interval = {0, 1000}, .it_value = {0, 1000}};
+	struct itimerval off = {0};
+
 	foreign_objects_refused(parent, parent_qpx);
+	REQUIRE(signal(SIGALRM, on_alarm) != SIG_ERR);
+	REQUIRE(setitimer(ITIMER_REAL, &every_ms, NULL) == 0);
 	connect_to(&c, ports[0]);
 	for (uint64_t t = 1; t <= 100; t++)
 		round_trip(&c, t << 8 | (uint64_t)generations);
-	printf("[%s] pid %d: the parent's objects refused, 100 rounds of its own\n", role,
-	       (int)getpid());
+	usleep(20000); /* returns early on the first SIGALRM; at least one is due */
+	REQUIRE(setitimer(ITIMER_REAL, &off, NULL) == 0);
+	CHECK(alarms > 0);
+	printf("[%s] pid %d: the parent's objects refused, 100 rounds of its own, %d SIGALRMs\n",
+	       role, (int)getpid(), (int)alarms);
 	if (generations > 1) {
 		struct ibv_qp_ex *qpx = ibv_qp_to_qp_ex(c.id->qp);
 
@@ -305,6 +348,8 @@ static int child(struct ep *parent, struct ibv_qp_ex *parent_qpx, const int *por
 			round_trip(&c, t << 8 | (uint64_t)generations);
 		REQUIRE(waitpid(pid, &st, 0) == pid);
 		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	} else {
+		send_unmapped(&c);
 	}
 	disconnect(&c);
 	return failures ? 1 : 0;
