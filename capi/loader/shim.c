@@ -16,20 +16,31 @@
  * register, calls goiwarp_loader_resolve() below, restores them and jumps to
  * what it returned; the arguments, the stack and the return address are the
  * caller's, untouched, so any signature (varargs, stack arguments, struct
- * returns) is forwarded. The resolver, once per process (pthread_once),
- * dlopen()s the core -- first from the shim's own directory, else by soname on
- * the normal search path -- RTLD_NOW|RTLD_LOCAL, and fills the whole table with
- * dlsym(). A process that forks before its first RDMA call therefore starts a
- * fresh Go runtime in the child (and another one in the parent if it calls too).
- * A process that calls first and then forks has a child without a Go runtime
- * (fork keeps one thread) but with copies of the parent's sockets: a call into
- * the core there could hang, or transmit on the parent's connections. So the
- * shim registers a pthread_atfork child handler when it loads the core, which
- * points every slot at a stub that fails the call the way its kind fails
+ * returns) is forwarded. The resolver, once per process, dlopen()s the core --
+ * first from the shim's own directory, else by soname on the normal search
+ * path -- RTLD_NOW|RTLD_LOCAL, and fills the whole table with dlsym(). A
+ * process that forks before its first RDMA call therefore starts a fresh Go
+ * runtime in the child (and another one in the parent if it calls too).
+ *
+ * A process that calls first and then forks has a child whose copy of the core
+ * has no Go runtime (fork keeps one thread) but holds the parent's sockets: a
+ * call into it could hang, or transmit on the parent's connections. So the
+ * shim's pthread_atfork child handler empties the table (the plain-C PASS
+ * functions, string tables and the like, stay), and the child's next call
+ * loads a core of its own: a second copy of the file (open_core_copy), since
+ * dlopen() of a file already loaded returns the dead copy. Its Go runtime
+ * installs its signal handlers over the dead one's and forwards to them what
+ * is not its own, as it does with any handler it finds. The new copy refuses
+ * the parent's objects (capi: gcapi_foreign, EPERM); the ops the child reaches
+ * on them without the shim (inline context->ops, ibv_wr_*) land in the dead
+ * copy, which checks gcapi_in_forked_child. A child that cannot load a copy
+ * (no /proc, memfd_create refused, the file gone or replaced by another
+ * build) gets stubs that fail every call the way its kind fails
  * (gen-symbols.sh: NULL, -1 or an errno value, errno EPERM; void calls do
- * nothing; plain-C tables such as ibv_wc_status_str still work) and says so
- * once on stderr. The core's own fast path (ops called inline, not through
- * the shim) checks the same in capi (gcapi_in_forked_child).
+ * nothing) and one line on stderr. Each copy stays mapped for the life of the
+ * process (the core is NODELETE, so no later copy lands at its address: capi
+ * tells copies apart by address) and takes static TLS, which glibc gives
+ * dlopen from a fixed surplus: generations of forks are capped at 64.
  *
  * RTLD_LOCAL: the core's exports never enter the global scope, so the program's
  * and libibverbs'/librdmacm's references (LD_PRELOAD) bind to the shim's names
