@@ -104,6 +104,7 @@ struct gcapi_device {
 	struct ibv_device dev;
 	struct gcapi_devinfo info;
 	int index; /* position in the device table, stable */
+	const void *core; /* &gcapi_core_mark of the copy that listed it */
 };
 
 struct gcapi_context {
@@ -195,13 +196,20 @@ static inline struct gcapi_srq *gcapi_srq(struct ibv_srq *srq)
 	return (struct gcapi_srq *)srq;
 }
 
-/* Set in a child forked after the core was loaded (fork.c): every op that
- * could enter Go fails with EPERM there. */
+/* Set in a child forked after this copy of the core was loaded (fork.c):
+ * every op that could enter Go fails with EPERM there. */
 extern int gcapi_forked;
 static inline int gcapi_in_forked_child(void)
 {
 	return __builtin_expect(__atomic_load_n(&gcapi_forked, __ATOMIC_RELAXED), 0);
 }
+
+/* Address of a byte of this copy of the core (fork.c), unique per copy: a
+ * child forked after its parent's first call loads a copy of its own
+ * (capi/loader/shim.c), and the parent's objects it still holds belong to
+ * the copy that died with the parent's Go runtime. The rdma_cm structs carry
+ * it; verbs objects are ours when their context's ops are ours. */
+extern const char gcapi_core_mark;
 
 /* errno helpers: the one place errno is set. */
 static inline int gcapi_err(int e)
@@ -251,6 +259,14 @@ int gcapi_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int gcapi_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 void gcapi_qp_ex_init(struct gcapi_qp *qp); /* ibv_wr_* function pointers */
 void gcapi_cq_ex_init(struct gcapi_cq *cq); /* start_poll & co */
+
+/* A context (an object of one) another copy of the core made: calls on it
+ * fail with EPERM and never touch its rings, fds or sockets. */
+static inline int gcapi_foreign_ctx(const struct ibv_context *ctx)
+{
+	return ctx && __builtin_expect(ctx->ops.poll_cq != gcapi_poll_cq, 0);
+}
+#define gcapi_foreign(obj) ((obj) && gcapi_foreign_ctx((obj)->context))
 
 /* Layout accessors for the Go layout test (layout.c). */
 size_t gcapi_layout(int what);

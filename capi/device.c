@@ -55,6 +55,7 @@ static struct gcapi_device *dev_intern_locked(const struct gcapi_devinfo *info)
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return NULL;
+	d->core = &gcapi_core_mark;
 	d->info = *info;
 	d->index = dev_count;
 	d->dev.node_type = IBV_NODE_RNIC;
@@ -191,6 +192,9 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 
 	if (!device)
 		return gcapi_errp(EINVAL);
+	/* one from the device list of the parent, before a fork: ours of that name */
+	if (gdev(device)->core != &gcapi_core_mark && !(device = gcapi_device_by_name(device->name)))
+		return NULL;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return gcapi_errp(ENOMEM);
@@ -237,6 +241,8 @@ int ibv_close_device(struct ibv_context *ctx)
 
 	if (!ctx)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign_ctx(ctx))
+		return gcapi_err(EPERM);
 	c = gcapi_ctx(ctx);
 	if (ctx->cmd_fd >= 0)
 		close(ctx->cmd_fd);
@@ -302,6 +308,8 @@ int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *a)
 
 	if (!ctx || !a)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign_ctx(ctx))
+		return gcapi_err(EPERM);
 	info = &gcapi_ctx(ctx)->gdev->info;
 	memset(a, 0, sizeof(*a));
 	snprintf(a->fw_ver, sizeof(a->fw_ver), "goiwarp 0.1");
@@ -405,7 +413,8 @@ static int query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_
 			 size_t len)
 {
 	struct ibv_port_attr full;
-	int e = gcapi_in_forked_child() ? gcapi_err(EPERM) : fill_port(ctx, port, &full);
+	int e = gcapi_in_forked_child() || gcapi_foreign_ctx(ctx) ? gcapi_err(EPERM)
+								  : fill_port(ctx, port, &full);
 
 	if (e)
 		return e;
@@ -450,6 +459,8 @@ static int gid_count(struct ibv_context *ctx)
 
 int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
 {
+	if (gcapi_foreign_ctx(ctx))
+		return gcapi_err(EPERM);
 	if (!ctx || !gid || port != 1 || index < 0 || !gid_at(ctx, (uint32_t)index, gid->raw))
 		return -1;
 	return 0;
@@ -462,6 +473,8 @@ int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
 
 	if (!ctx || !entry || flags || entry_size < sizeof(e))
 		return EINVAL;
+	if (gcapi_foreign_ctx(ctx))
+		return EPERM;
 	if (port != 1)
 		return EINVAL;
 	memset(&e, 0, sizeof(e));
@@ -482,6 +495,8 @@ ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entr
 
 	if (!ctx || flags || entry_size < sizeof(struct ibv_gid_entry))
 		return -EINVAL;
+	if (gcapi_foreign_ctx(ctx))
+		return -EPERM;
 	n = (size_t)gid_count(ctx);
 	if (max_entries < n)
 		return -EINVAL; /* rdma-core: the table does not fit */
@@ -501,6 +516,10 @@ int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index
 {
 	uint8_t g[16];
 
+	if (gcapi_foreign_ctx(ctx)) {
+		errno = EPERM;
+		return -1;
+	}
 	if (!ctx || !type || port != 1 || !gid_at(ctx, index, g)) {
 		errno = EINVAL;
 		return -1;
@@ -571,6 +590,10 @@ int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 		errno = EINVAL;
 		return -1;
 	}
+	if (gcapi_foreign_ctx(ctx)) { /* its fd carries the parent's events */
+		errno = EPERM;
+		return -1;
+	}
 	for (;;) {
 		ssize_t n = read(ctx->async_fd, &r, sizeof(r));
 		if (n < 0)
@@ -623,6 +646,8 @@ void ibv_ack_async_event(struct ibv_async_event *event)
 	switch (event->event_type) {
 	case IBV_EVENT_CQ_ERR: {
 		struct ibv_cq *cq = event->element.cq;
+		if (gcapi_foreign(cq))
+			return;
 		mu = &cq->mutex, cond = &cq->cond, done = &cq->async_events_completed;
 		break;
 	}
@@ -635,12 +660,16 @@ void ibv_ack_async_event(struct ibv_async_event *event)
 	case IBV_EVENT_PATH_MIG_ERR:
 	case IBV_EVENT_QP_LAST_WQE_REACHED: {
 		struct ibv_qp *qp = event->element.qp;
+		if (gcapi_foreign(qp))
+			return;
 		mu = &qp->mutex, cond = &qp->cond, done = &qp->events_completed;
 		break;
 	}
 	case IBV_EVENT_SRQ_ERR:
 	case IBV_EVENT_SRQ_LIMIT_REACHED: {
 		struct ibv_srq *srq = event->element.srq;
+		if (gcapi_foreign(srq))
+			return;
 		mu = &srq->mutex, cond = &srq->cond, done = &srq->events_completed;
 		break;
 	}

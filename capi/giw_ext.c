@@ -47,6 +47,8 @@ int giw_qp_attach_socket(struct ibv_qp *qp, int fd, int initiator, const struct 
 
 	if (!qp || gcapi_qp_handle(qp) == 0)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(qp))
+		return gcapi_err(EPERM);
 	if (param) {
 		if (param->reserved || (param->private_data_len && !param->private_data) ||
 		    param->private_data_len > GIW_MPA_MAX_PRIVATE_DATA)
@@ -86,6 +88,8 @@ int giw_qp_disconnect(struct ibv_qp *qp)
 
 	if (!qp || gcapi_qp_handle(qp) == 0)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(qp))
+		return gcapi_err(EPERM);
 	e = goGiwDisconnect(gcapi_qp_handle(qp));
 	return e ? gcapi_err(e) : 0;
 }
@@ -94,6 +98,8 @@ int giw_query_provider(struct ibv_context *ctx, struct giw_provider_attr *attr)
 {
 	if (!ctx || !attr || gcapi_context_handle(ctx) == 0)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign_ctx(ctx))
+		return gcapi_err(EPERM);
 	goGiwQueryProvider(attr);
 	return 0;
 }
@@ -104,6 +110,8 @@ int giw_query_counters(struct ibv_context *ctx, struct giw_counters *counters)
 
 	if (!ctx || !counters || gcapi_context_handle(ctx) == 0)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign_ctx(ctx))
+		return gcapi_err(EPERM);
 	e = goGiwQueryCounters(gcapi_context_handle(ctx), counters);
 	return e ? gcapi_err(e) : 0;
 }

@@ -129,6 +129,8 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 
 	if (!ctx)
 		return gcapi_errp(EINVAL);
+	if (gcapi_foreign_ctx(ctx))
+		return gcapi_errp(EPERM);
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return gcapi_errp(ENOMEM);
@@ -148,6 +150,8 @@ int ibv_dealloc_pd(struct ibv_pd *pd)
 
 	if (!pd)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(pd))
+		return gcapi_err(EPERM);
 	if (ATOMIC_LOAD(&p->usecnt))
 		return gcapi_err(EBUSY);
 	goVerbsDeallocPD(p->h);
@@ -176,6 +180,8 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 
 	if (!pd || length == 0)
 		return gcapi_errp(EINVAL);
+	if (gcapi_foreign(pd))
+		return gcapi_errp(EPERM);
 	access &= ~IBV_ACCESS_OPTIONAL_RANGE; /* best-effort bits may be ignored */
 	e = check_access(access);
 	if (e)
@@ -237,6 +243,10 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 		errno = EINVAL;
 		return IBV_REREG_MR_ERR_INPUT;
 	}
+	if (gcapi_foreign(mr) || ((flags & IBV_REREG_MR_CHANGE_PD) && gcapi_foreign(pd))) {
+		errno = EPERM;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
 	if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
 		access &= ~IBV_ACCESS_OPTIONAL_RANGE;
 		e = check_access((unsigned int)access);
@@ -270,6 +280,8 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 
 	if (!mr)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(mr))
+		return gcapi_err(EPERM);
 	goVerbsDeregMR(m->h); /* waits for in-flight placement into it */
 	ATOMIC_ADD(&((struct gcapi_pd *)mr->pd)->usecnt, -1);
 	free(m);
@@ -285,6 +297,8 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
 
 	if (!ctx)
 		return gcapi_errp(EINVAL);
+	if (gcapi_foreign_ctx(ctx))
+		return gcapi_errp(EPERM);
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return gcapi_errp(ENOMEM);
@@ -306,6 +320,8 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 
 	if (!ch)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(ch))
+		return gcapi_err(EPERM);
 	pthread_mutex_lock(&c->lock);
 	if (ch->refcnt) {
 		pthread_mutex_unlock(&c->lock);
@@ -337,6 +353,10 @@ int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_
 		errno = EINVAL;
 		return -1;
 	}
+	if (gcapi_foreign(ch)) { /* its fd carries the parent's events */
+		errno = EPERM;
+		return -1;
+	}
 	for (;;) {
 		ssize_t n = read(ch->fd, &rec, sizeof(rec));
 		if (n < 0)
@@ -356,7 +376,7 @@ int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_
 
 void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 {
-	if (!cq)
+	if (!cq || gcapi_foreign(cq))
 		return;
 	pthread_mutex_lock(&cq->mutex);
 	cq->comp_events_completed += nevents;
@@ -378,6 +398,8 @@ static struct gcapi_cq *cq_create(struct ibv_context *ctx, int cqe, void *cq_con
 		return gcapi_errp(EINVAL);
 	if (comp_vector < 0 || comp_vector >= ctx->num_comp_vectors)
 		return gcapi_errp(EINVAL);
+	if (gcapi_foreign_ctx(ctx) || gcapi_foreign(ch))
+		return gcapi_errp(EPERM);
 	if (ch && ch->context != ctx)
 		return gcapi_errp(EINVAL);
 	c = calloc(1, sizeof(*c));
@@ -441,6 +463,8 @@ int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 
 	if (!cq || cqe < 1)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(cq))
+		return gcapi_err(EPERM);
 	pthread_spin_lock(&c->lock);
 	e = goVerbsResizeCQ(c->h, cqe, &r);
 	if (!e) {
@@ -457,6 +481,8 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 
 	if (!cq)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(cq))
+		return gcapi_err(EPERM);
 	if (ATOMIC_LOAD(&c->usecnt))
 		return gcapi_err(EBUSY);
 	gcapi_live_del(c);
@@ -480,6 +506,8 @@ static struct ibv_srq *srq_create(struct ibv_context *ctx, struct ibv_pd *pd, vo
 
 	if (!ctx || !pd || !attr)
 		return gcapi_errp(EINVAL);
+	if (gcapi_foreign_ctx(ctx) || gcapi_foreign(pd))
+		return gcapi_errp(EPERM);
 	if (attr->max_sge > GIW_MAX_SGE)
 		return gcapi_errp(EINVAL);
 	s = calloc(1, sizeof(*s));
@@ -529,6 +557,8 @@ int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
 {
 	if (!srq || !attr)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(srq))
+		return gcapi_err(EPERM);
 	int e = goVerbsModifySRQ(gcapi_srq(srq)->h, attr, mask);
 	return e ? gcapi_err(e) : 0;
 }
@@ -537,6 +567,8 @@ int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
 {
 	if (!srq || !attr)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(srq))
+		return gcapi_err(EPERM);
 	int e = goVerbsQuerySRQ(gcapi_srq(srq)->h, attr);
 	return e ? gcapi_err(e) : 0;
 }
@@ -547,6 +579,8 @@ int ibv_destroy_srq(struct ibv_srq *srq)
 
 	if (!srq)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(srq))
+		return gcapi_err(EPERM);
 	if (ATOMIC_LOAD(&s->usecnt))
 		return gcapi_err(EBUSY);
 	gcapi_live_del(s);
@@ -577,6 +611,9 @@ struct ibv_qp *gcapi_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 		return gcapi_errp(EPERM);
 	if (!ctx || !a)
 		return gcapi_errp(EINVAL);
+	if (gcapi_foreign_ctx(ctx) || gcapi_foreign(a->send_cq) || gcapi_foreign(a->recv_cq) ||
+	    gcapi_foreign(a->srq) || ((a->comp_mask & IBV_QP_INIT_ATTR_PD) && gcapi_foreign(a->pd)))
+		return gcapi_errp(EPERM);
 	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
 				       IBV_QP_INIT_ATTR_CREATE_FLAGS |
 				       IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
@@ -666,6 +703,8 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 
 struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 {
+	if (gcapi_foreign(qp))
+		return gcapi_errp(EPERM);
 	return qp ? &gcapi_qp(qp)->qpx : NULL;
 }
 
@@ -675,6 +714,8 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 
 	if (!qp || !attr)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(qp))
+		return gcapi_err(EPERM);
 	e = goVerbsModifyQP(gcapi_qp(qp)->h, attr, mask);
 	if (e)
 		return gcapi_err(e);
@@ -692,6 +733,8 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
 	(void)mask; /* everything is cheap: fill it all, as providers do */
 	if (!qp || !attr || !init)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(qp))
+		return gcapi_err(EPERM);
 	memset(attr, 0, sizeof(*attr));
 	e = goVerbsQueryQP(q->h, attr);
 	if (e)
@@ -726,6 +769,8 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 
 	if (!qp)
 		return gcapi_err(EINVAL);
+	if (gcapi_foreign(qp))
+		return gcapi_err(EPERM);
 	gcapi_live_del(q);
 	wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, &q->async_delivered);
 	/* Go aborts the connection, stops the engine on this QP, frees the rings. */

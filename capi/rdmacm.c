@@ -114,6 +114,7 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 		return gcapi_errp(e);
 	}
 	ch->ch.fd = fd;
+	ch->core = &gcapi_core_mark;
 	pthread_mutex_init(&ch->mu, NULL);
 	return &ch->ch;
 }
@@ -135,6 +136,8 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	struct gcm_channel *ch = (struct gcm_channel *)channel;
 	int last;
 
+	if (gcm_foreign_channel(channel))
+		return;
 	if (!ch)
 		return;
 	pthread_mutex_lock(&ch->mu);
@@ -163,6 +166,7 @@ struct rdma_cm_id *gcm_new_child(struct rdma_cm_id *listen, uintptr_t h)
 	if (!n)
 		abort();
 	n->h = h;
+	n->core = &gcapi_core_mark;
 	n->id.channel = listen->channel;
 	n->id.context = listen->context;
 	n->id.ps = listen->ps;
@@ -189,6 +193,8 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	struct rdma_conn_param *c;
 	uint64_t v;
 
+	if (gcm_foreign_channel(channel) /* its fd carries the parent's events */)
+		return gcm_err(EPERM);
 	if (!ch || !event)
 		return gcm_err(EINVAL);
 	pthread_mutex_lock(&ch->mu);
@@ -250,6 +256,8 @@ int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
 	struct gcm_event *evt = (struct gcm_event *)event;
 
+	if (event && gcm_foreign_id(event->id))
+		return gcm_err(EPERM);
 	if (!event)
 		return gcm_err(EINVAL);
 	goCMAck(evt->owner);
@@ -311,6 +319,8 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
 	struct gcm_id *g;
 	int sync = !channel, e;
 
+	if (gcm_foreign_channel(channel))
+		return gcm_err(EPERM);
 	if (!id)
 		return gcm_err(EINVAL);
 	if (sync) {
@@ -324,6 +334,7 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
 		goto err;
 	}
 	g->sync = sync;
+	g->core = &gcapi_core_mark;
 	g->id.channel = channel;
 	g->id.context = context;
 	g->id.ps = ps;
@@ -344,6 +355,8 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 {
 	struct gcm_id *g = gcm_id_of(id);
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id)
 		return gcm_err(EINVAL);
 	goCMCloseID(g->h, id->qp != NULL);
@@ -363,6 +376,8 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 	struct rdma_event_channel *old = id->channel;
 	int sync = !channel, e;
 
+	if (gcm_foreign_id(id) || gcm_foreign_channel(channel))
+		return gcm_err(EPERM);
 	if (g->sync && !channel)
 		return gcm_err(EINVAL);
 	if (sync) {
@@ -387,6 +402,8 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 
 int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
 {
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id)
 		return gcm_err(EINVAL);
 	return gcm_ret(goCMSetOption(gcm_id_of(id)->h, level, optname, optval, optlen));
@@ -399,6 +416,8 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	struct gcm_addrs a;
 	int e;
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id || !gcm_addrlen(addr))
 		return gcm_err(EINVAL);
 	memset(&a, 0, sizeof(a));
@@ -415,6 +434,8 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 	socklen_t dlen = gcm_addrlen(dst_addr);
 	int e;
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id || !dlen || (src_addr && !gcm_addrlen(src_addr)))
 		return gcm_err(EINVAL);
 	e = goCMResolveAddr(gcm_id_of(id)->h, src_addr, dst_addr, timeout_ms);
@@ -428,6 +449,8 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 {
 	int e;
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id)
 		return gcm_err(EINVAL);
 	e = goCMResolveRoute(gcm_id_of(id)->h, timeout_ms);
@@ -467,6 +490,8 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 	enum ibv_qp_state state;
 	uint32_t rate_limit;
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id || !qp_attr || !qp_attr_mask)
 		return gcm_err(EINVAL);
 	state = qp_attr->qp_state;
@@ -555,6 +580,8 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 	struct ibv_qp *qp;
 	int ret;
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id || !attr || id->qp)
 		return gcm_err(EINVAL);
 	if (!id->verbs)
@@ -603,6 +630,8 @@ int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_
 	struct ibv_qp_init_attr_ex attr_ex;
 	int ret;
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id || !qp_init_attr)
 		return gcm_err(EINVAL);
 	memset(&attr_ex, 0, sizeof(attr_ex));
@@ -616,6 +645,8 @@ int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_
 
 void rdma_destroy_qp(struct rdma_cm_id *id)
 {
+	if (gcm_foreign_id(id))
+		return;
 	if (id->qp)
 		ibv_destroy_qp(id->qp);
 	id->qp = NULL;
@@ -626,6 +657,8 @@ int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
 {
 	struct ibv_srq *srq;
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id || !attr || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
 		return gcm_err(EINVAL);
 	if (attr->srq_type != IBV_SRQT_BASIC)
@@ -650,6 +683,8 @@ int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_ini
 	struct ibv_srq_init_attr_ex attr_ex;
 	int ret;
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id || !attr)
 		return gcm_err(EINVAL);
 	memset(&attr_ex, 0, sizeof(attr_ex));
@@ -664,6 +699,8 @@ int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_ini
 
 void rdma_destroy_srq(struct rdma_cm_id *id)
 {
+	if (gcm_foreign_id(id))
+		return;
 	if (id->srq)
 		ibv_destroy_srq(id->srq);
 	id->srq = NULL;
@@ -677,6 +714,8 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 	struct gcm_addrs a;
 	int e;
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id)
 		return gcm_err(EINVAL);
 	memset(&a, 0, sizeof(a));
@@ -728,6 +767,8 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	uint8_t pd[GCM_PDATA_MAX];
 	int ird, ord, n, e;
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	/* iWARP connects a QP: the id's, or without one the application's own
 	 * named by conn_param->qp_num (librdmacm's ucma_valid_param, then the
 	 * kernel's iw_cm_connect looks the number up). */
@@ -761,6 +802,8 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	uint8_t pd[GCM_PDATA_MAX];
 	int ird, ord, n, e;
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id || (!id->qp && !conn_param))
 		return gcm_err(EINVAL);
 	/* Unasked, the values of the connect request. */
@@ -782,6 +825,8 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 
 int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
 {
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id)
 		return gcm_err(EINVAL);
 	return gcm_ret(goCMReject(gcm_id_of(id)->h, (void *)private_data,
@@ -790,6 +835,8 @@ int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private
 
 int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
 {
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	return rdma_reject(id, private_data, private_data_len);
 }
 
@@ -797,6 +844,8 @@ int rdma_disconnect(struct rdma_cm_id *id)
 {
 	int pending = 0, e;
 
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id)
 		return gcm_err(EINVAL);
 	if (id->qp) {
@@ -817,6 +866,8 @@ int rdma_disconnect(struct rdma_cm_id *id)
 /* iWARP has no CONNECT_RESPONSE: see rdmacm.ID.Establish. */
 int rdma_establish(struct rdma_cm_id *id)
 {
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	if (!id || id->qp)
 		return gcm_err(EINVAL);
 	return gcm_ret(goCMEstablish(gcm_id_of(id)->h));
@@ -824,6 +875,8 @@ int rdma_establish(struct rdma_cm_id *id)
 
 int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	(void)event;
 	if (!id)
 		return gcm_err(EINVAL);
@@ -834,6 +887,8 @@ int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 
 int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
 {
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	(void)id, (void)addr, (void)context;
 	return gcm_err(ENOSYS);
 }
@@ -841,24 +896,32 @@ int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *cont
 int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr,
 			   void *context)
 {
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	(void)id, (void)attr, (void)context;
 	return gcm_err(ENOSYS);
 }
 
 int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 {
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	(void)id, (void)addr;
 	return gcm_err(EADDRNOTAVAIL);
 }
 
 int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	(void)id, (void)ece;
 	return gcm_err(EOPNOTSUPP);
 }
 
 int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {
+	if (gcm_foreign_id(id))
+		return gcm_err(EPERM);
 	(void)id, (void)ece;
 	return gcm_err(EOPNOTSUPP);
 }

@@ -16,11 +16,14 @@
 #include <sys/socket.h>
 #include <rdma/rdma_cma.h>
 
+#include "capi.h"
+
 #define GCM_PDATA_MAX 256
 
 struct gcm_channel {
 	struct rdma_event_channel ch; /* { int fd; } : an eventfd */
 	uintptr_t h;
+	const void *core; /* &gcapi_core_mark of the copy that made it */
 	/* Threads inside rdma_get_cm_event, and whether the application
 	 * destroyed the channel meanwhile: the last one out releases it. */
 	pthread_mutex_t mu;
@@ -30,6 +33,7 @@ struct gcm_channel {
 struct gcm_id {
 	struct rdma_cm_id id;
 	uintptr_t h;
+	const void *core; /* &gcapi_core_mark of the copy that made it */
 	int sync; /* created with a NULL channel: calls wait for their event */
 	uint8_t initiator_depth, responder_resources; /* from the request */
 	struct ibv_qp_init_attr *qp_init_attr; /* rdma_create_ep, passive */
@@ -72,6 +76,18 @@ static inline int gcm_err(int e)
 static inline struct gcm_id *gcm_id_of(struct rdma_cm_id *id)
 {
 	return (struct gcm_id *)id;
+}
+
+/* Made by another copy of the core (capi.h: gcapi_core_mark): a forked
+ * child's calls on its parent's ids and channels fail with EPERM. */
+static inline int gcm_foreign_id(struct rdma_cm_id *id)
+{
+	return id && gcm_id_of(id)->core != &gcapi_core_mark;
+}
+
+static inline int gcm_foreign_channel(struct rdma_event_channel *ch)
+{
+	return ch && ((struct gcm_channel *)ch)->core != &gcapi_core_mark;
 }
 
 /* rdmacm.c, called from Go: a new id for a connection request on listen. */

@@ -76,6 +76,8 @@ err:
 
 void rdma_destroy_ep(struct rdma_cm_id *id)
 {
+	if (gcm_foreign_id(id))
+		return;
 	if (id->qp)
 		rdma_destroy_qp(id);
 	if (id->srq)
@@ -89,6 +91,8 @@ int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 	struct rdma_cm_event *event;
 	int ret;
 
+	if (gcm_foreign_id(listen))
+		return gcm_err(EPERM);
 	if (!listen || !id || !g->sync)
 		return gcm_err(EINVAL);
 	if (listen->event) {

@@ -16,20 +16,31 @@
  * register, calls goiwarp_loader_resolve() below, restores them and jumps to
  * what it returned; the arguments, the stack and the return address are the
  * caller's, untouched, so any signature (varargs, stack arguments, struct
- * returns) is forwarded. The resolver, once per process (pthread_once),
- * dlopen()s the core -- first from the shim's own directory, else by soname on
- * the normal search path -- RTLD_NOW|RTLD_LOCAL, and fills the whole table with
- * dlsym(). A process that forks before its first RDMA call therefore starts a
- * fresh Go runtime in the child (and another one in the parent if it calls too).
- * A process that calls first and then forks has a child without a Go runtime
- * (fork keeps one thread) but with copies of the parent's sockets: a call into
- * the core there could hang, or transmit on the parent's connections. So the
- * shim registers a pthread_atfork child handler when it loads the core, which
- * points every slot at a stub that fails the call the way its kind fails
+ * returns) is forwarded. The resolver, once per process, dlopen()s the core --
+ * first from the shim's own directory, else by soname on the normal search
+ * path -- RTLD_NOW|RTLD_LOCAL, and fills the whole table with dlsym(). A
+ * process that forks before its first RDMA call therefore starts a fresh Go
+ * runtime in the child (and another one in the parent if it calls too).
+ *
+ * A process that calls first and then forks has a child whose copy of the core
+ * has no Go runtime (fork keeps one thread) but holds the parent's sockets: a
+ * call into it could hang, or transmit on the parent's connections. So the
+ * shim's pthread_atfork child handler empties the table (the plain-C PASS
+ * functions, string tables and the like, stay), and the child's next call
+ * loads a core of its own: a second copy of the file (open_core_copy), since
+ * dlopen() of a file already loaded returns the dead copy. Its Go runtime
+ * installs its signal handlers over the dead one's and forwards to them what
+ * is not its own, as it does with any handler it finds. The new copy refuses
+ * the parent's objects (capi: gcapi_foreign, EPERM); the ops the child reaches
+ * on them without the shim (inline context->ops, ibv_wr_*) land in the dead
+ * copy, which checks gcapi_in_forked_child. A child that cannot load a copy
+ * (no /proc, memfd_create refused, the file gone or replaced by another
+ * build) gets stubs that fail every call the way its kind fails
  * (gen-symbols.sh: NULL, -1 or an errno value, errno EPERM; void calls do
- * nothing; plain-C tables such as ibv_wc_status_str still work) and says so
- * once on stderr. The core's own fast path (ops called inline, not through
- * the shim) checks the same in capi (gcapi_in_forked_child).
+ * nothing) and one line on stderr. Each copy stays mapped for the life of the
+ * process (the core is NODELETE, so no later copy lands at its address: capi
+ * tells copies apart by address) and takes static TLS, which glibc gives
+ * dlopen from a fixed surplus: generations of forks are capped at 64.
  *
  * RTLD_LOCAL: the core's exports never enter the global scope, so the program's
  * and libibverbs'/librdmacm's references (LD_PRELOAD) bind to the shim's names
@@ -47,12 +58,17 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "goiwarp_symbols.h" /* generated: GOIWARP_NSYMS, GIW_SYM(i, name, kind) lines */
@@ -73,18 +89,18 @@ static const char *const names[GOIWARP_NSYMS] = {
 #undef GIW_SYM
 };
 
-/* ---- a child forked after the core was loaded ---------------------------- */
-static void say_forked(void)
+/* ---- a child that cannot load a core of its own -------------------------- */
+static void say_no_core(const char *why)
 {
 	static int said;
-	char msg[160];
+	char msg[PATH_MAX + 200];
 
 	if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
 		return;
 	int n = snprintf(msg, sizeof msg,
-			 "libgoiwarp: pid %d was forked after its first RDMA call: RDMA calls fail "
-			 "with EPERM here (exec first)\n",
-			 (int)getpid());
+			 "libgoiwarp: pid %d, forked after its parent's first RDMA call, cannot load "
+			 "a core of its own (%s): RDMA calls fail with EPERM here\n",
+			 (int)getpid(), why);
 	if (n > 0)
 		(void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
 }
@@ -93,28 +109,24 @@ static void say_forked(void)
  * callee ignores, and every API function returns a scalar or a pointer. */
 static void *child_ptr(void)
 {
-	say_forked();
 	errno = EPERM;
 	return NULL;
 }
 
 static long child_neg(void)
 {
-	say_forked();
 	errno = EPERM;
 	return -1;
 }
 
 static long child_errno(void)
 {
-	say_forked();
 	errno = EPERM;
 	return EPERM;
 }
 
 static void child_void(void)
 {
-	say_forked();
 }
 
 #define KIND_PASS NULL
@@ -128,15 +140,42 @@ static void *const child_stub[GOIWARP_NSYMS] = {
 #undef GIW_SYM
 };
 
-static void in_forked_child(void)
+/* ---- load state ------------------------------------------------------------ */
+/* loaded: this process has its core. Guarded by load_lock, which fork() takes
+ * (atfork prepare), so a child never inherits a load half done. */
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static int loaded;
+/* Cores this process image has loaded, its ancestors' included: the copies
+ * a forked child inherits are mapped but dead, and a core it loads must be
+ * a new copy (below). */
+static unsigned generation;
+static char core_file[PATH_MAX]; /* the core file the first load found */
+static char shim_dir[PATH_MAX]; /* absolute, no trailing '/'; "" if unknown */
+
+static void fork_prepare(void)
 {
-	for (unsigned i = 0; i < GOIWARP_NSYMS; i++)
-		if (child_stub[i])
-			goiwarp_loader_table[i] = child_stub[i]; /* one thread left: plain stores */
+	pthread_mutex_lock(&load_lock);
 }
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static char shim_dir[PATH_MAX]; /* absolute, no trailing '/'; "" if unknown */
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&load_lock);
+}
+
+/* The child's one thread: the inherited core has no Go runtime (fork keeps
+ * one thread) but copies of the parent's sockets. The next call that needs
+ * the core loads one of the child's own; plain-C PASS functions of the old
+ * one go on working meanwhile. */
+static void fork_child(void)
+{
+	if (loaded) {
+		for (unsigned i = 0; i < GOIWARP_NSYMS; i++)
+			if (child_stub[i])
+				goiwarp_loader_table[i] = NULL;
+		loaded = 0;
+	}
+	pthread_mutex_unlock(&load_lock);
+}
 
 static void shim_dir_of(char *dir, size_t len)
 {
@@ -161,12 +200,19 @@ static void shim_dir_of(char *dir, size_t len)
 __attribute__((constructor)) static void shim_init(void)
 {
 	shim_dir_of(shim_dir, sizeof shim_dir);
+	if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0) {
+		fprintf(stderr, "libgoiwarp: pthread_atfork failed\n");
+		abort();
+	}
 }
 
-static void load_core(void)
+/* The first core of the process image: the file next to the shim, else by
+ * soname. Without it there is no sane return value: abort. */
+static void *open_first_core(void)
 {
 	char path[PATH_MAX + sizeof "/" GOIWARP_CORE_SONAME];
 	char first_err[PATH_MAX + 512] = "";
+	struct link_map *lm;
 	void *h = NULL;
 
 	if (!shim_dir[0]) /* constructor did not run (yet): try now */
@@ -187,21 +233,95 @@ static void load_core(void)
 			e ? e : "unknown dlopen error", first_err[0] ? "; next to the shim: " : "", first_err);
 		abort();
 	}
-	for (unsigned i = 0; i < GOIWARP_NSYMS; i++) {
-		void *p = dlsym(h, names[i]);
-		if (!p) {
+	/* where the search found it: a forked child copies that file */
+	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm->l_name)
+		snprintf(core_file, sizeof core_file, "%s", lm->l_name);
+	return h;
+}
+
+/* A core for a child whose process image already holds one (dead): dlopen()
+ * of a file already loaded -- same name, or same device and inode -- returns
+ * that copy, so the core file is copied into a memfd and loaded from
+ * /proc/self/fd/N, under a name no earlier generation used ("./" once per
+ * generation: glibc compares names as strings). NULL and *why on failure. */
+static void *open_core_copy(const char **why)
+{
+	char path[sizeof "/proc/self/fd/" + 2 * 64 + 16];
+	struct stat st;
+	void *h = NULL;
+	int in, fd = -1;
+
+	*why = "no core file recorded";
+	if (!core_file[0])
+		return NULL;
+	if (generation > 64) {
+		*why = "too many generations of forks";
+		return NULL;
+	}
+	in = open(core_file, O_RDONLY | O_CLOEXEC);
+	if (in < 0 || fstat(in, &st) < 0) {
+		*why = strerror(errno);
+		goto out;
+	}
+	fd = memfd_create(GOIWARP_CORE_SONAME, MFD_CLOEXEC);
+	if (fd < 0) {
+		*why = strerror(errno);
+		goto out;
+	}
+	for (off_t off = 0; off < st.st_size;) {
+		ssize_t n = sendfile(fd, in, &off, (size_t)(st.st_size - off));
+		if (n <= 0) {
+			*why = n < 0 ? strerror(errno) : "core file shrank";
+			goto out;
+		}
+	}
+	int len = snprintf(path, sizeof path, "/proc/self/fd/");
+	for (unsigned g = 0; g < generation; g++)
+		len += snprintf(path + len, sizeof path - len, "./");
+	snprintf(path + len, sizeof path - len, "%d", fd);
+	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *e = dlerror();
+		*why = e ? e : "dlopen failed";
+	}
+out:
+	if (fd >= 0)
+		close(fd); /* the mapping keeps the copy */
+	if (in >= 0)
+		close(in);
+	return h;
+}
+
+static void load_core(void)
+{
+	const char *why = NULL;
+	void *h = generation ? open_core_copy(&why) : open_first_core();
+	void *p[GOIWARP_NSYMS];
+
+	for (unsigned i = 0; h && i < GOIWARP_NSYMS; i++) {
+		p[i] = dlsym(h, names[i]);
+		if (p[i])
+			continue;
+		if (!generation) {
 			fprintf(stderr,
 				"libgoiwarp: the Go core %s does not define %s (shim and core from different builds?)\n",
 				GOIWARP_CORE_SONAME, names[i]);
 			abort();
 		}
+		why = "the core file is from another build";
+		h = NULL;
+	}
+	if (!h) {
+		say_no_core(why);
+		for (unsigned i = 0; i < GOIWARP_NSYMS; i++)
+			if (child_stub[i])
+				__atomic_store_n(&goiwarp_loader_table[i], child_stub[i], __ATOMIC_RELEASE);
+		return;
+	}
+	generation++;
+	for (unsigned i = 0; i < GOIWARP_NSYMS; i++)
 		/* release: a trampoline that sees the slot (aarch64: ldar) sees the loaded core */
-		__atomic_store_n(&goiwarp_loader_table[i], p, __ATOMIC_RELEASE);
-	}
-	if (pthread_atfork(NULL, NULL, in_forked_child) != 0) {
-		fprintf(stderr, "libgoiwarp: pthread_atfork failed\n");
-		abort();
-	}
+		__atomic_store_n(&goiwarp_loader_table[i], p[i], __ATOMIC_RELEASE);
 }
 
 static void *load_core_thread(void *unused)
@@ -240,6 +360,11 @@ static void load_core_on_own_stack(void)
 
 void *goiwarp_loader_resolve(unsigned idx)
 {
-	pthread_once(&once, load_core_on_own_stack);
+	pthread_mutex_lock(&load_lock);
+	if (!loaded) {
+		load_core_on_own_stack();
+		loaded = 1;
+	}
+	pthread_mutex_unlock(&load_lock);
 	return __atomic_load_n(&goiwarp_loader_table[idx], __ATOMIC_ACQUIRE);
 }
