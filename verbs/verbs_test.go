@@ -304,10 +304,11 @@ func TestQPTransitions(t *testing.T) {
 		path  []QPState
 		fails bool
 	}{
-		{"reset to init", []QPState{QPSInit}, false},
+		{"init again", []QPState{QPSInit}, false},
+		{"reset to init", []QPState{QPSReset, QPSInit}, false},
 		{"init to rtr", []QPState{QPSInit, QPSRTR}, false},
 		{"rts needs a connection", []QPState{QPSInit, QPSRTR, QPSRTS}, true},
-		{"reset to rtr", []QPState{QPSRTR}, true},
+		{"reset to rtr", []QPState{QPSReset, QPSRTR}, true},
 		{"error from anywhere", []QPState{QPSInit, QPSErr}, false},
 		{"error back to reset", []QPState{QPSErr, QPSReset, QPSInit}, false},
 		{"sqd needs rts", []QPState{QPSInit, QPSSQD}, true},
