@@ -66,7 +66,6 @@ static int fill_sqe(struct gcapi_qp *q, struct giw_sqe *e, const struct ibv_send
 		return EINVAL;
 	switch (wr->opcode) {
 	case IBV_WR_SEND:
-	case IBV_WR_SEND_WITH_IMM:
 	case IBV_WR_SEND_WITH_INV:
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -81,7 +80,7 @@ static int fill_sqe(struct gcapi_qp *q, struct giw_sqe *e, const struct ibv_send
 		if (nsge != 1 || wr->sg_list[0].length < 8 || (flags & IBV_SEND_INLINE))
 			return EINVAL;
 		break;
-	default: /* LOCAL_INV, BIND_MW, TSO, DRIVER1, ATOMIC_WRITE */
+	default: /* SEND_WITH_IMM (see wrx_send_imm), LOCAL_INV, BIND_MW, TSO, DRIVER1, ATOMIC_WRITE */
 		return EINVAL;
 	}
 	if (q->sq_sig_all)
@@ -98,9 +97,6 @@ static int fill_sqe(struct gcapi_qp *q, struct giw_sqe *e, const struct ibv_send
 	e->compare_add = 0;
 	e->swap = 0;
 	switch (wr->opcode) {
-	case IBV_WR_SEND_WITH_IMM:
-		e->imm_inv = wr->imm_data;
-		break;
 	case IBV_WR_SEND_WITH_INV:
 		e->imm_inv = wr->invalidate_rkey;
 		break;
@@ -522,11 +518,13 @@ static void wrx_send(struct ibv_qp_ex *qpx)
 	wrx_new(gcapi_qpx(qpx), IBV_WR_SEND);
 }
 
+/* Send with Immediate has no RFC 7306 message of its own (Immediate Data
+ * after a Send would take a second receive): refused like an unsupported
+ * opcode (RDMA Write with Immediate is a Write and Immediate Data). */
 static void wrx_send_imm(struct ibv_qp_ex *qpx, __be32 imm)
 {
-	struct giw_sqe *e = wrx_new(gcapi_qpx(qpx), IBV_WR_SEND_WITH_IMM);
-	if (e)
-		e->imm_inv = imm;
+	(void)imm;
+	wrx_fail(qpx, EOPNOTSUPP);
 }
 
 static void wrx_send_inv(struct ibv_qp_ex *qpx, uint32_t rkey)

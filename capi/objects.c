@@ -597,7 +597,7 @@ int ibv_destroy_srq(struct ibv_srq *srq)
 
 #define GCAPI_SEND_OPS_SUP                                                        \
 	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |         \
-	 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | \
+	 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_READ | \
 	 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | \
 	 IBV_QP_EX_WITH_SEND_WITH_INV)
 
@@ -671,7 +671,7 @@ struct ibv_qp *gcapi_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	qp->srq = a->srq;
 	qp->handle = qpn;
 	qp->qp_num = qpn;
-	qp->state = IBV_QPS_RESET;
+	qp->state = IBV_QPS_RESET; /* as libibverbs sets it; ibv_query_qp says INIT (siw) */
 	qp->qp_type = IBV_QPT_RC;
 	gcapi_qp_ex_init(q);
 

@@ -520,17 +520,23 @@ static int gcm_init_conn_qp(struct rdma_cm_id *id, struct ibv_qp *qp)
 	ret = rdma_init_qp_attr(id, &attr, &mask);
 	if (ret)
 		return ret;
+	/* iw_cm grants remote writes and reads; the CM's own QP also serves
+	 * RFC 7306 atomics, as IB's CM grants them with reads (responder
+	 * resources), or rdma_cm programs (perftest -R) could not use them. */
+	attr.qp_access_flags |= IBV_ACCESS_REMOTE_ATOMIC;
 	ret = ibv_modify_qp(qp, &attr, mask);
 	return ret ? gcm_err(ret) : 0;
 }
 
-/* A QP the application created itself may still be in RESET. */
+/* A QP nobody set up: reset, or in INIT as created, without rights. */
 static void gcm_qp_to_init(struct rdma_cm_id *id)
 {
 	struct ibv_qp_attr attr;
 	struct ibv_qp_init_attr init;
 
-	if (!ibv_query_qp(id->qp, &attr, IBV_QP_STATE, &init) && attr.qp_state == IBV_QPS_RESET)
+	if (ibv_query_qp(id->qp, &attr, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS, &init))
+		return;
+	if (attr.qp_state == IBV_QPS_RESET || (attr.qp_state == IBV_QPS_INIT && !attr.qp_access_flags))
 		gcm_init_conn_qp(id, id->qp);
 }
 

@@ -42,7 +42,7 @@ func newSideOn(t testing.TB, dev *verbs.Device, cn verbs.Connector) *side {
 		Caps: verbs.QPCaps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 8, MaxRecvSGE: 8}, Connector: cn})
 	require.NoError(t, err)
 	require.NoError(t, s.qp.Modify(verbs.QPAttr{State: verbs.QPSInit, PortNum: 1,
-		AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead},
+		AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 		verbs.QPAttrState|verbs.QPAttrAccessFlags|verbs.QPAttrPort|verbs.QPAttrPKeyIndex))
 	t.Cleanup(func() {
 		s.qp.Destroy()
@@ -167,6 +167,7 @@ type pairOpts struct {
 	cliPD, srvPD   []byte
 	ird, ord       uint8
 	noKick         bool // do not send the first FPDU from the client
+	srvAccess      int  // the server QP's access flags; 0: newSide's
 }
 
 func connectPair(t testing.TB, o pairOpts) *pair {
@@ -181,6 +182,9 @@ func connectPair(t testing.TB, o pairOpts) *pair {
 		o.ird, o.ord = 4, 4
 	}
 	p := &pair{cli: newSide(t), srv: newSide(t)}
+	if o.srvAccess != 0 {
+		require.NoError(t, p.srv.qp.Modify(verbs.QPAttr{AccessFlags: o.srvAccess}, verbs.QPAttrAccessFlags))
+	}
 	tl, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	require.NoError(t, err)
 	reqs := make(chan *Request, 1)

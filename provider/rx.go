@@ -523,7 +523,7 @@ func (e *Endpoint) startRX() {
 	e.rx.Store(rx)
 	if e.shm != nil {
 		if e.pd != nil {
-			e.shm.openTarget(e.pd.ID)
+			e.shm.openTarget(e.pd.ID, e.qp.Allows(verbs.AccessRemoteWrite))
 		}
 		go e.shm.watch(e.c)
 		go rx.loopShm()
@@ -1228,6 +1228,17 @@ func (rx *rxState) commit() error {
 	return nil
 }
 
+// remoteAccess is the check of a peer's Write, Read Request or Atomic
+// Request: the QP's access flags must grant it (RFC 5040 §7.2: remote
+// protection error, access rights violation, as for a region without the
+// right), then the region must (verbs.Access).
+func (e *Endpoint) remoteAccess(stag uint32, to, length uint64, access int) (verbs.Span, error) {
+	if !e.qp.Allows(access) {
+		return verbs.Span{}, verbs.ErrAccess
+	}
+	return verbs.Access(e.pd, stag, to, length, access)
+}
+
 func taggedErr(err error) *wire.Error {
 	mk := func(l wire.Layer, t wire.ErrorType, c wire.ErrorCode, r string) *wire.Error {
 		return &wire.Error{Layer: l, Type: t, Code: c, Reason: r}
@@ -1282,7 +1293,7 @@ func (rx *rxState) begin(n int) *wire.Error {
 		if n == 0 {
 			return nil // zero-length Write (the P2P RTR among them): nothing to check
 		}
-		sp, err := verbs.Access(e.pd, h.STag, h.TO, uint64(n), verbs.AccessRemoteWrite)
+		sp, err := e.remoteAccess(h.STag, h.TO, uint64(n), verbs.AccessRemoteWrite)
 		if err != nil {
 			return taggedErr(err)
 		}
@@ -1348,7 +1359,7 @@ func (rx *rxState) begin(n int) *wire.Error {
 		m := t.newResponse(kindReadResp, wire.Header{Opcode: wire.OpReadResponse, STag: h.SinkSTag})
 		m.baseTO, m.total = h.SinkTO, int(h.ReadSize)
 		if h.ReadSize > 0 {
-			sp, err := verbs.Access(e.pd, h.SrcSTag, h.SrcTO, uint64(h.ReadSize), verbs.AccessRemoteRead)
+			sp, err := e.remoteAccess(h.SrcSTag, h.SrcTO, uint64(h.ReadSize), verbs.AccessRemoteRead)
 			if err != nil {
 				t.putIRD()
 				return rdmapProt(err)
@@ -1374,7 +1385,7 @@ func (rx *rxState) begin(n int) *wire.Error {
 		if !t.takeIRD() {
 			return errIRD
 		}
-		sp, err := verbs.Access(e.pd, h.RemoteSTag, h.RemoteTO, 8, verbs.AccessRemoteAtomic)
+		sp, err := e.remoteAccess(h.RemoteSTag, h.RemoteTO, 8, verbs.AccessRemoteAtomic)
 		if err != nil {
 			t.putIRD()
 			return rdmapProt(err)

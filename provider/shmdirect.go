@@ -38,7 +38,8 @@ const (
 	// has been received and processed.
 	auxPlaced = iota
 	// auxTarget: auxOpen | the target QP's PD ID while its QP accepts
-	// placements, else 0.
+	// placements (it is in RTS and its access flags grant remote
+	// writes), else 0.
 	auxTarget
 )
 
@@ -71,8 +72,9 @@ type shmDirect struct {
 	liov  [verbs.MaxSGE]unix.Iovec
 	riov  [1]unix.RemoteIovec
 
-	auxMu     sync.Mutex // auxClosed and the target word against close
-	auxClosed bool
+	auxMu      sync.Mutex // auxClosed, live and the target word against close
+	auxClosed  bool
+	targetLive bool // between openTarget and closeTarget: retarget may reopen
 }
 
 // attachPeer maps the peer's MR table (fd, kept by the caller) for direct
@@ -111,13 +113,41 @@ func (l *shmLink) allowPeer(pol *Policy) {
 	_ = unix.Prctl(unix.PR_SET_PTRACER, uintptr(l.dir.pid), 0, 0, 0)
 }
 
-// openTarget tells the peer that our QP (of PD pd) accepts placements.
-func (l *shmLink) openTarget(pd uint32) {
+// openTarget tells the peer whether our QP (of PD pd) accepts placements:
+// only when its access flags grant remote writes, else the peer sends
+// FPDUs and our receive path refuses them with a Terminate.
+func (l *shmLink) openTarget(pd uint32, writable bool) {
 	l.dir.auxMu.Lock()
 	if !l.dir.auxClosed {
-		l.in.Aux(auxTarget).Store(auxOpen | uint64(pd))
+		l.in.Aux(auxTarget).Store(targetWord(pd, writable))
+		l.dir.targetLive = true
 	}
 	l.dir.auxMu.Unlock()
+}
+
+func targetWord(pd uint32, writable bool) uint64 {
+	if !writable {
+		return 0
+	}
+	return auxOpen | uint64(pd)
+}
+
+// retarget follows a change of the QP's access flags in RTS; a target
+// already closed (the QP is leaving RTS) stays closed.
+func (l *shmLink) retarget(pd uint32, writable bool) {
+	l.dir.auxMu.Lock()
+	if !l.dir.auxClosed && l.dir.targetLive {
+		l.in.Aux(auxTarget).Store(targetWord(pd, writable))
+	}
+	l.dir.auxMu.Unlock()
+}
+
+// AccessChanged implements verbs.AccessWatcher: a QP whose remote rights
+// change while connected opens or closes direct placement to match.
+func (e *Endpoint) AccessChanged() {
+	if e.shm != nil && e.pd != nil {
+		e.shm.retarget(e.pd.ID, e.qp.Allows(verbs.AccessRemoteWrite))
+	}
 }
 
 // closeTarget withdraws that, before the QP leaves RTS; any time, even
@@ -127,6 +157,7 @@ func (l *shmLink) closeTarget() {
 	if !l.dir.auxClosed && l.mem != nil {
 		l.in.Aux(auxTarget).Store(0)
 	}
+	l.dir.targetLive = false
 	l.dir.auxMu.Unlock()
 }
 

@@ -443,13 +443,20 @@ func (id *ID) lookupQP(num uint32) (*verbs.QP, error) {
 	if dev != "" && qp.Ctx != nil && qp.Ctx.Dev != nil && qp.Ctx.Dev.Name != dev {
 		return nil, unix.EINVAL
 	}
+	// A QP nobody set up (RESET, or INIT as created, without rights) gets
+	// iw_cm's INIT attributes; one the application set up keeps its own.
 	switch qp.State() {
+	case verbs.QPSInit:
+		if qp.Attr().AccessFlags != 0 {
+			break
+		}
+		fallthrough
 	case verbs.QPSReset:
 		a, mask := connectedQPAttr(verbs.QPSInit)
 		if err := qp.Modify(a, mask); err != nil {
 			return nil, err
 		}
-	case verbs.QPSInit, verbs.QPSRTR:
+	case verbs.QPSRTR:
 	default:
 		return nil, unix.EINVAL
 	}

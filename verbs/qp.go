@@ -27,6 +27,13 @@ type Transport interface {
 	Armed()
 }
 
+// AccessWatcher is a Transport that places remote accesses without the
+// engine's receive path (same-host direct placement): Modify tells it when
+// the QP's access flags change while it is attached.
+type AccessWatcher interface {
+	AccessChanged()
+}
+
 type progHolder struct{ t Transport }
 
 // QPCaps are the queue sizes of a QP.
@@ -105,6 +112,9 @@ type QP struct {
 	mu   sync.Mutex
 	attr QPAttr
 	conn Transport
+	// remote is attr.AccessFlags for the engine, which checks every
+	// incoming Write, Read Request and Atomic Request against it.
+	remote atomic.Int32
 	// cmless: the QP was moved to RTR with an address vector and its
 	// connection is the Connector's business (connecting, or attached).
 	cmless bool
@@ -189,7 +199,10 @@ func (c *Context) CreateQP(in QPInit) (*QP, error) {
 	qp.Caps = caps
 	qp.attr.IRD, qp.attr.ORD = 1, 1
 	sq.hdr.Doorbell = 1
-	qp.publishState(QPSReset)
+	// iWARP has no RESET distinct from INIT (siw's IDLE is both, and
+	// ibv_query_qp reports it as INIT): a new QP is in INIT, with no
+	// remote rights until ibv_modify_qp or the CM grants them.
+	qp.publishState(QPSInit)
 	qp.SendCQ.register(qp)
 	if qp.RecvCQ != qp.SendCQ {
 		qp.RecvCQ.register(qp)
@@ -220,6 +233,11 @@ func (qp *QP) Attr() QPAttr {
 	defer qp.mu.Unlock()
 	return qp.attr
 }
+
+// Allows reports whether the QP's access flags grant the remote access
+// (AccessRemoteWrite, AccessRemoteRead or AccessRemoteAtomic) a peer asks
+// for; the region's own rights are checked apart (Access).
+func (qp *QP) Allows(access int) bool { return int(qp.remote.Load())&access == access }
 
 // State returns the current state.
 func (qp *QP) State() QPState { return QPState(atomic.LoadUint32(&qp.SQ.hdr.State)) }
@@ -300,6 +318,7 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 	}
 	if mask&QPAttrAccessFlags != 0 {
 		qp.attr.AccessFlags = a.AccessFlags
+		qp.remote.Store(int32(a.AccessFlags))
 	}
 	if mask&QPAttrPKeyIndex != 0 {
 		qp.attr.PKeyIndex = a.PKeyIndex
@@ -334,6 +353,7 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 			if qp.attr.State == QPSRTR && qp.conn == nil {
 				qp.cmless = false
 				qp.attr = prev
+				qp.remote.Store(int32(prev.AccessFlags))
 				qp.publishState(cur)
 			}
 			qp.mu.Unlock()
@@ -363,6 +383,9 @@ func (qp *QP) Modify(a QPAttr, mask int) error {
 	case to == QPSRTS && cmless && mask&QPAttrState != 0:
 		// (from RTR, or from the RTS the connection brought: Attach)
 		qp.cn.Ready(qp)
+	}
+	if w, ok := conn.(AccessWatcher); ok && mask&QPAttrAccessFlags != 0 && (to == QPSRTS || to == QPSRTR) {
+		w.AccessChanged()
 	}
 	return nil
 }

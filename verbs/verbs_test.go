@@ -304,10 +304,11 @@ func TestQPTransitions(t *testing.T) {
 		path  []QPState
 		fails bool
 	}{
-		{"reset to init", []QPState{QPSInit}, false},
+		{"init again", []QPState{QPSInit}, false},
+		{"reset to init", []QPState{QPSReset, QPSInit}, false},
 		{"init to rtr", []QPState{QPSInit, QPSRTR}, false},
 		{"rts needs a connection", []QPState{QPSInit, QPSRTR, QPSRTS}, true},
-		{"reset to rtr", []QPState{QPSRTR}, true},
+		{"reset to rtr", []QPState{QPSReset, QPSRTR}, true},
 		{"error from anywhere", []QPState{QPSInit, QPSErr}, false},
 		{"error back to reset", []QPState{QPSErr, QPSReset, QPSInit}, false},
 		{"sqd needs rts", []QPState{QPSInit, QPSSQD}, true},
@@ -332,8 +333,19 @@ func TestQPTransitions(t *testing.T) {
 			}
 		})
 	}
-	t.Run("init needs port and access", func(t *testing.T) {
+	t.Run("created in init without remote rights", func(t *testing.T) {
 		f := newFixture(t, 16, false)
+		assert.Equal(t, QPSInit, f.qp.State())
+		for _, a := range []int{AccessRemoteWrite, AccessRemoteRead, AccessRemoteAtomic} {
+			assert.False(t, f.qp.Allows(a))
+		}
+		require.NoError(t, f.qp.Modify(QPAttr{AccessFlags: AccessRemoteWrite}, QPAttrAccessFlags))
+		assert.True(t, f.qp.Allows(AccessRemoteWrite))
+		assert.False(t, f.qp.Allows(AccessRemoteWrite|AccessRemoteRead))
+	})
+	t.Run("reset to init needs port and access", func(t *testing.T) {
+		f := newFixture(t, 16, false)
+		require.NoError(t, f.qp.Modify(QPAttr{State: QPSReset}, QPAttrState))
 		assert.ErrorIs(t, f.qp.Modify(QPAttr{State: QPSInit, PortNum: 1}, QPAttrState|QPAttrPort), unix.EINVAL)
 		assert.NoError(t, f.qp.Modify(QPAttr{State: QPSInit, PortNum: 1}, QPAttrState|QPAttrPort|QPAttrAccessFlags))
 	})

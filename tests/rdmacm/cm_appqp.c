@@ -267,8 +267,9 @@ static int t_appqp(void)
 	CHECK(rdma_connect(cid, &cp) == -1 && errno == EINVAL);
 	errno = 0;
 	CHECK(rdma_establish(cid) == -1 && errno == EINVAL); /* not connected */
-	/* A QP left in RESET is taken as siw takes an IDLE one. */
-	CHECK(qp_state(ca.qp) == IBV_QPS_RESET);
+	/* A QP left as created (INIT, siw's IDLE, without rights) gets iw_cm's
+	 * INIT attributes, as a RESET one does. */
+	CHECK(qp_state(ca.qp) == IBV_QPS_INIT);
 	cp.qp_num = ca.qp->qp_num;
 	REQUIRE(rdma_connect(cid, &cp) == 0);
 	CHECK(qp_state(ca.qp) == IBV_QPS_INIT);

@@ -301,7 +301,10 @@ static void test_qp(void)
 	env_open(&e);
 	struct ibv_qp *qp = rc_qp(&e, NULL);
 	CHECK(qp->qp_num != 0 && qp->state == IBV_QPS_RESET && qp->qp_type == IBV_QPT_RC);
-	CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_RESET);
+	/* libibverbs' struct says RESET; the QP is in INIT, siw's IDLE (the
+	 * rdma-core suite's RNIC answer) */
+	CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_INIT);
+	CHECK(ibv_modify_qp(qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET }, IBV_QP_STATE) == 0);
 
 	/* a QP in use keeps its CQs and PD */
 	errno = 0;
