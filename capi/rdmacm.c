@@ -520,24 +520,15 @@ static int gcm_init_conn_qp(struct rdma_cm_id *id, struct ibv_qp *qp)
 	ret = rdma_init_qp_attr(id, &attr, &mask);
 	if (ret)
 		return ret;
-	/* iw_cm grants remote writes and reads; the CM's own QP also serves
-	 * RFC 7306 atomics, as IB's CM grants them with reads (responder
-	 * resources), or rdma_cm programs (perftest -R) could not use them. */
-	attr.qp_access_flags |= IBV_ACCESS_REMOTE_ATOMIC;
+	/* iw_cm grants remote writes and reads once there is a connection; the
+	 * CM's own QP also serves RFC 7306 atomics, as IB's CM grants them with
+	 * reads (responder resources), or rdma_cm programs (perftest -R) could
+	 * not use them. Before a connection there are no rights yet: the
+	 * connect grants all three (rdmacm setUpQP). */
+	if (attr.qp_access_flags & IBV_ACCESS_REMOTE_READ)
+		attr.qp_access_flags |= IBV_ACCESS_REMOTE_ATOMIC;
 	ret = ibv_modify_qp(qp, &attr, mask);
 	return ret ? gcm_err(ret) : 0;
-}
-
-/* A QP nobody set up: reset, or in INIT as created, without rights. */
-static void gcm_qp_to_init(struct rdma_cm_id *id)
-{
-	struct ibv_qp_attr attr;
-	struct ibv_qp_init_attr init;
-
-	if (ibv_query_qp(id->qp, &attr, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS, &init))
-		return;
-	if (attr.qp_state == IBV_QPS_RESET || (attr.qp_state == IBV_QPS_INIT && !attr.qp_access_flags))
-		gcm_init_conn_qp(id, id->qp);
 }
 
 static void gcm_destroy_cqs(struct rdma_cm_id *id)
@@ -788,8 +779,6 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	n = gcm_pdata(g, conn_param, pd);
 	if (ord < 0 || ird < 0 || n < 0)
 		return gcm_err(EINVAL);
-	if (id->qp)
-		gcm_qp_to_init(id);
 	e = goCMConnect(g->h, id->qp, id->qp ? 0 : conn_param->qp_num, pd, n, ird, ord);
 	if (e)
 		return gcm_err(e);
@@ -821,8 +810,6 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	n = gcm_pdata(g, conn_param, pd);
 	if (ord < 0 || ird < 0 || n < 0)
 		return gcm_err(EINVAL);
-	if (id->qp)
-		gcm_qp_to_init(id);
 	e = goCMAccept(g->h, id->qp, id->qp ? 0 : conn_param->qp_num, pd, n, ird, ord);
 	if (e)
 		return gcm_err(e);

@@ -428,10 +428,8 @@ func (id *ID) ConnectQPNum(qpNum uint32, p provider.ConnParams) error {
 }
 
 // lookupQP finds the QP an application created itself: it must live on the
-// id's device and not be connected already (siw connects a QP that is IDLE
-// or RTR, and IDLE covers RESET and INIT). A QP still in RESET is moved to
-// INIT here with iw_cm's INIT attributes: goiwarp's engine attaches a QP
-// from INIT or RTR.
+// id's device (siw connects a QP that is IDLE or RTR, and IDLE covers RESET
+// and INIT; setUpQP checks the state).
 func (id *ID) lookupQP(num uint32) (*verbs.QP, error) {
 	qp := verbs.QPByNum(num)
 	if qp == nil {
@@ -443,28 +441,37 @@ func (id *ID) lookupQP(num uint32) (*verbs.QP, error) {
 	if dev != "" && qp.Ctx != nil && qp.Ctx.Dev != nil && qp.Ctx.Dev.Name != dev {
 		return nil, unix.EINVAL
 	}
-	// A QP nobody set up (RESET, or INIT as created, without rights) gets
-	// iw_cm's INIT attributes; one the application set up keeps its own.
+	return qp, nil
+}
+
+// setUpQP readies the QP a connect or accept binds (the CM's own or the
+// application's): one nobody set up (RESET, or INIT as created, without
+// rights) gets iw_cm's INIT attributes plus atomics, as IB's CM grants them
+// with reads (responder resources), or rdma_cm programs (perftest -R) could
+// not use them; one the application set up keeps its own. goiwarp's engine
+// attaches a QP from INIT or RTR.
+func setUpQP(qp *verbs.QP) error {
 	switch qp.State() {
 	case verbs.QPSInit:
 		if qp.Attr().AccessFlags != 0 {
-			break
+			return nil
 		}
 		fallthrough
 	case verbs.QPSReset:
 		a, mask := connectedQPAttr(verbs.QPSInit)
-		if err := qp.Modify(a, mask); err != nil {
-			return nil, err
-		}
+		a.AccessFlags |= verbs.AccessRemoteAtomic
+		return qp.Modify(a, mask)
 	case verbs.QPSRTR:
-	default:
-		return nil, unix.EINVAL
+		return nil
 	}
-	return qp, nil
+	return unix.EINVAL
 }
 
 func (id *ID) connect(qp *verbs.QP, app bool, p provider.ConnParams) error {
 	if err := checkConn(qp, p); err != nil {
+		return err
+	}
+	if err := setUpQP(qp); err != nil {
 		return err
 	}
 	id.mu.Lock()
@@ -527,6 +534,9 @@ func (id *ID) AcceptQPNum(qpNum uint32, p provider.ConnParams) error {
 
 func (id *ID) accept(qp *verbs.QP, app bool, p provider.ConnParams) error {
 	if err := checkConn(qp, p); err != nil {
+		return err
+	}
+	if err := setUpQP(qp); err != nil {
 		return err
 	}
 	id.mu.Lock()

@@ -140,7 +140,7 @@ func TestActiveEventMapping(t *testing.T) {
 			eng := &fakeEngine{}
 			id := activeID(t, ch, eng)
 			require.ErrorIs(t, id.Connect(nil, provider.ConnParams{}), unix.EINVAL)
-			qp := &verbs.QP{}
+			qp := appQP(t)
 			require.ErrorIs(t, id.Connect(qp, provider.ConnParams{PrivateData: make([]byte, MaxPrivateData+1)}), unix.EINVAL)
 			require.NoError(t, id.Connect(qp, provider.ConnParams{PrivateData: make([]byte, MaxPrivateData)}))
 			require.Equal(t, StateConnect, id.State())
@@ -205,7 +205,7 @@ func TestPassiveAcceptRejectBacklog(t *testing.T) {
 	assert.Equal(t, uint8(3), e.InitiatorDepth)     // the initiator's IRD
 	n := e.ID
 	require.Equal(t, StateConnectRequest, n.State())
-	require.NoError(t, n.Accept(&verbs.QP{}, provider.ConnParams{IRD: 4, ORD: 3}))
+	require.NoError(t, n.Accept(appQP(t), provider.ConnParams{IRD: 4, ORD: 3}))
 	assert.True(t, r1.accepted)
 	r1.cb(provider.Event{Type: provider.Established})
 	est := waitEvent(t, ch)
@@ -293,7 +293,7 @@ func TestStateErrors(t *testing.T) {
 	assert.ErrorIs(t, id.ResolveRoute(time.Second), unix.EINVAL)
 	_, err = id.Disconnect()
 	assert.ErrorIs(t, err, unix.EINVAL)
-	assert.ErrorIs(t, id.Accept(&verbs.QP{}, provider.ConnParams{}), unix.EINVAL)
+	assert.ErrorIs(t, id.Accept(appQP(t), provider.ConnParams{}), unix.EINVAL)
 	assert.ErrorIs(t, id.Reject(nil), unix.EINVAL)
 	assert.ErrorIs(t, id.SetOption(OptionLevelID, OptionTOS, []byte{1, 2}), unix.EINVAL)
 	assert.NoError(t, id.SetOption(OptionLevelID, OptionTOS, []byte{16}))
@@ -322,7 +322,7 @@ func TestSourcePortHeldUntilDialReports(t *testing.T) {
 		defer unix.Close(fd)
 		return unix.Bind(fd, &unix.SockaddrInet4{Port: src.Port, Addr: [4]byte{127, 0, 0, 1}}) == nil
 	}
-	require.NoError(t, id.Connect(&verbs.QP{}, provider.ConnParams{}))
+	require.NoError(t, id.Connect(appQP(t), provider.ConnParams{}))
 	assert.False(t, bindable(), "port %d released while the engine dials", src.Port)
 	eng.conns[0](provider.Event{Type: provider.Unreachable})
 	e := waitEvent(t, ch)
@@ -410,19 +410,19 @@ func TestInitQPAttr(t *testing.T) {
 		{"route resolved", func() *ID { return activeID(t, ch, eng) }, noConn},
 		{"connecting", func() *ID {
 			id := activeID(t, ch, eng)
-			require.NoError(t, id.Connect(&verbs.QP{}, provider.ConnParams{}))
+			require.NoError(t, id.Connect(appQP(t), provider.ConnParams{}))
 			return id
 		}, conn},
 		{"established", func() *ID {
 			id := activeID(t, ch, eng)
-			require.NoError(t, id.Connect(&verbs.QP{}, provider.ConnParams{}))
+			require.NoError(t, id.Connect(appQP(t), provider.ConnParams{}))
 			eng.conns[len(eng.conns)-1](provider.Event{Type: provider.Established})
 			ack(EventEstablished)
 			return id
 		}, conn},
 		{"disconnected", func() *ID {
 			id := activeID(t, ch, eng)
-			require.NoError(t, id.Connect(&verbs.QP{}, provider.ConnParams{}))
+			require.NoError(t, id.Connect(appQP(t), provider.ConnParams{}))
 			eng.conns[len(eng.conns)-1](provider.Event{Type: provider.Established})
 			ack(EventEstablished)
 			eng.conns[len(eng.conns)-1](provider.Event{Type: provider.Disconnected})
@@ -431,7 +431,7 @@ func TestInitQPAttr(t *testing.T) {
 		}, conn},
 		{"rejected", func() *ID {
 			id := activeID(t, ch, eng)
-			require.NoError(t, id.Connect(&verbs.QP{}, provider.ConnParams{}))
+			require.NoError(t, id.Connect(appQP(t), provider.ConnParams{}))
 			eng.conns[len(eng.conns)-1](provider.Event{Type: provider.Rejected, Err: unix.ECONNRESET})
 			ack(EventRejected)
 			return id
@@ -463,7 +463,7 @@ func TestInitQPAttr(t *testing.T) {
 	}
 }
 
-// appQP is a QP an application created itself on giw_lo, in RESET.
+// appQP is a QP an application created itself on giw_lo, as created.
 func appQP(t *testing.T) *verbs.QP {
 	ctx, err := verbs.Open(&verbs.Device{Name: "giw_lo", Ifname: "lo"})
 	require.NoError(t, err)
