@@ -91,6 +91,7 @@ type ID struct {
 	reqORD        uint8 // passive: initiator_depth of the request
 	tos, afonly   int
 	reuse         bool
+	ackTmo        int // RDMA_OPTION_ID_ACK_TIMEOUT, -1 unset
 	disconnecting bool
 	destroyed     bool
 
@@ -115,7 +116,7 @@ func NewID(ch *Channel, ps int, eng Engine) (*ID, error) {
 	if eng == nil {
 		eng = DefaultEngine
 	}
-	id := &ID{PS: ps, eng: eng, ch: ch, sock: -1, tos: -1, afonly: -1}
+	id := &ID{PS: ps, eng: eng, ch: ch, sock: -1, tos: -1, afonly: -1, ackTmo: -1}
 	id.ackCond.L = &id.ackMu
 	return id, nil
 }
@@ -376,7 +377,7 @@ func (id *ID) onRequest(r Request) {
 	v4 := isV4(id.src)
 	n := &ID{PS: id.PS, eng: id.eng, ch: id.ch, state: StateConnectRequest, sock: -1,
 		src: sameFamily(local, v4), dst: sameFamily(remote, v4), req: r, listen: id,
-		reqIRD: p.ORD, reqORD: p.IRD, tos: -1, afonly: -1}
+		reqIRD: p.ORD, reqORD: p.IRD, tos: -1, afonly: -1, ackTmo: -1}
 	n.ackCond.L = &n.ackMu
 	if local != nil {
 		n.dev = deviceFor(local.IP)
@@ -479,6 +480,10 @@ func (id *ID) connect(qp *verbs.QP, app bool, p provider.ConnParams) error {
 		id.mu.Unlock()
 		return unix.EINVAL
 	}
+	if err := id.applyAckTmoLocked(qp); err != nil {
+		id.mu.Unlock()
+		return err
+	}
 	if app {
 		id.appQP = qp
 	}
@@ -517,6 +522,18 @@ func (id *ID) connect(qp *verbs.QP, app bool, p provider.ConnParams) error {
 	return nil
 }
 
+// applyAckTmoLocked gives the connection's QP the ACK timeout set with
+// rdma_set_option, as the kernel's CM does where it drives the QP (IB's
+// cma_modify_qp_rts); its iw_cm drops it (siw reports 0). goiwarp's CM
+// drives the QP on iWARP too, so the option is kept like ibv_modify_qp's
+// IBV_QP_TIMEOUT: an attribute reported back, retransmission being TCP's.
+func (id *ID) applyAckTmoLocked(qp *verbs.QP) error {
+	if id.ackTmo < 0 {
+		return nil
+	}
+	return qp.Modify(verbs.QPAttr{Timeout: uint8(id.ackTmo)}, verbs.QPAttrTimeout)
+}
+
 // Accept accepts a connection request (rdma_accept).
 func (id *ID) Accept(qp *verbs.QP, p provider.ConnParams) error {
 	return id.accept(qp, false, p)
@@ -543,6 +560,10 @@ func (id *ID) accept(qp *verbs.QP, app bool, p provider.ConnParams) error {
 	if id.state != StateConnectRequest {
 		id.mu.Unlock()
 		return unix.EINVAL
+	}
+	if err := id.applyAckTmoLocked(qp); err != nil {
+		id.mu.Unlock()
+		return err
 	}
 	id.state = StateAccepting
 	if app {
@@ -895,6 +916,7 @@ func (id *ID) SetOption(level, name int, val []byte) error {
 			if len(val) != 1 {
 				return unix.EINVAL
 			}
+			id.ackTmo = int(val[0])
 			return nil
 		}
 	case OptionLevelIB:

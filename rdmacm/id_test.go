@@ -579,3 +579,41 @@ func TestAppQP(t *testing.T) {
 		assert.ErrorIs(t, n.Establish(), unix.EINVAL, "passive ids have nothing to establish")
 	})
 }
+
+// rdma_set_option's ACK timeout reaches the connection's QP (active and
+// passive), as ibv_modify_qp's IBV_QP_TIMEOUT would; unset, the QP keeps its own.
+func TestAckTimeoutReachesQP(t *testing.T) {
+	ch, err := NewChannel()
+	require.NoError(t, err)
+	defer ch.Close()
+	eng := &fakeEngine{}
+
+	id := activeID(t, ch, eng)
+	defer id.Destroy()
+	assert.ErrorIs(t, id.SetOption(OptionLevelID, OptionAckTmo, []byte{21, 0}), unix.EINVAL)
+	require.NoError(t, id.SetOption(OptionLevelID, OptionAckTmo, []byte{21}))
+	qp := appQP(t)
+	require.NoError(t, id.ConnectQPNum(qp.Num, provider.ConnParams{}))
+	assert.Equal(t, uint8(21), qp.Attr().Timeout)
+
+	l, err := NewID(ch, PSTCP, eng)
+	require.NoError(t, err)
+	defer l.Destroy()
+	require.NoError(t, l.Bind(loopback()))
+	require.NoError(t, l.Listen(4))
+	for _, tmo := range []int{-1, 14} {
+		eng.listenCB(&fakeReq{})
+		e := waitEvent(t, ch)
+		require.Equal(t, EventConnectRequest, e.Type)
+		n := e.ID
+		e.Owner().Ack()
+		if tmo >= 0 {
+			require.NoError(t, n.SetOption(OptionLevelID, OptionAckTmo, []byte{byte(tmo)}))
+		}
+		qp := appQP(t)
+		require.NoError(t, qp.Modify(verbs.QPAttr{Timeout: 3}, verbs.QPAttrTimeout))
+		require.NoError(t, n.AcceptQPNum(qp.Num, provider.ConnParams{}))
+		assert.Equal(t, uint8(max(tmo, 3)), qp.Attr().Timeout)
+		n.Destroy()
+	}
+}
