@@ -31,18 +31,16 @@ import (
 // comes back short (see rxReader.pollerRead). All of the state below, the
 // carry-over buffer included, belongs to the token.
 
-// rxReader is the MPA stream: buffered header reads, direct payload reads,
-// marker removal and CRC summing.
+// rxReader is the inbound MPA stream: buffered header reads, direct payload
+// reads, and the stream's codec (wire.Stream) removing markers and summing
+// the CRC.
 type rxReader struct {
 	fd     int      // valid while the token holder has a reference on the socket
 	shm    *shmLink // a same-host connection's rings: read the inbound one instead
 	buf    []byte
 	r, w   int
-	crcOn  bool
-	crc    uint32
-	mk     bool
-	pos    uint64 // stream position, counted from the first FPDU
-	fstart uint64
+	st     wire.Stream
+	fstart uint64  // stream offset where the current FPDU began
 	mkb    [4]byte // a marker being read
 	mkn    int
 	iov    [2]unix.Iovec
@@ -242,23 +240,19 @@ func (rd *rxReader) rawFill(dst []byte, got *int) error {
 
 // skipMarker consumes the marker due at the current position, if any.
 func (rd *rxReader) skipMarker() error {
-	for rd.mk && wire.NextMarker(rd.pos) == 0 {
+	for rd.st.MarkerDue() {
 		n, err := rd.raw(rd.mkb[rd.mkn:])
 		rd.mkn += n
 		if err != nil {
 			return err
 		}
-		if rd.mkn < 4 {
+		if rd.mkn < wire.MarkerLen {
 			continue
 		}
 		rd.mkn = 0
-		if rd.crcOn {
-			rd.crc = wire.CRC32cUpdate(rd.crc, rd.mkb[:])
+		if err := rd.st.CheckMarker(rd.mkb[:]); err != nil {
+			return err
 		}
-		if uint64(binary.BigEndian.Uint16(rd.mkb[2:])) != rd.pos-rd.fstart {
-			return wire.ErrMPAMarker
-		}
-		rd.pos += 4
 	}
 	return nil
 }
@@ -270,16 +264,10 @@ func (rd *rxReader) fill(dst []byte, got *int) error {
 		if err := rd.skipMarker(); err != nil {
 			return err
 		}
-		k := len(dst) - *got
-		if rd.mk {
-			k = min(k, wire.NextMarker(rd.pos))
-		}
+		k := rd.st.Room(len(dst) - *got)
 		n, err := rd.raw(dst[*got : *got+k])
 		if n > 0 {
-			if rd.crcOn {
-				rd.crc = wire.CRC32cUpdate(rd.crc, dst[*got:*got+n])
-			}
-			rd.pos += uint64(n)
+			rd.st.Sum(dst[*got : *got+n])
 			*got += n
 		}
 		if err != nil {
@@ -361,6 +349,7 @@ type rxState struct {
 	cur     rxMsg
 
 	phase uint8
+	begun bool // the current FPDU's stream state is set up (wire.Stream.Begin)
 	hgot  int
 	segs  [verbs.MaxSGE][]byte
 	nseg  int
@@ -498,7 +487,7 @@ func (e *Endpoint) startRX() {
 		rx.rnrTimeout, rx.spinWindow = e.pol.RNRTimeout, e.pol.RxSpin
 	}
 	rx.watch.Store(int64(mutedWatch))
-	rx.rd = rxReader{buf: make([]byte, rxBufSize), crcOn: e.neg.crc, mk: e.neg.mkRx, pay: e.tx.wake, shm: e.shm}
+	rx.rd = rxReader{buf: make([]byte, rxBufSize), st: wire.NewStream(e.neg.crc, e.neg.mkRx, 0), pay: e.tx.wake, shm: e.shm}
 	rx.ctl = func(fd uintptr) {
 		rx.rd.pollerRead = true
 		rx.prog = rx.pump(fd)
@@ -541,7 +530,7 @@ func (rx *rxState) pump(fd uintptr) bool {
 		return false
 	}
 	rx.rd.fd = int(fd)
-	pos, nread := rx.rd.pos, rx.rd.nread
+	pos, nread := rx.rd.st.Pos(), rx.rd.nread
 	ti, err := rx.guardedStep()
 	rx.rd.settle()
 	rx.rd.fd = -1
@@ -552,7 +541,7 @@ func (rx *rxState) pump(fd uintptr) bool {
 		rx.rd.shm.placed(rx.rd.nread - uint64(rx.rd.w-rx.rd.r))
 	}
 	if err == errAgain || err == errRNRWait {
-		return rx.rd.pos != pos || rx.rd.nread != nread
+		return rx.rd.st.Pos() != pos || rx.rd.nread != nread
 	}
 	rx.ended = true
 	e := rx.e
@@ -1063,9 +1052,8 @@ func (rx *rxState) memFault() (*termInfo, error) {
 
 // step runs the receive machine until the socket is empty (errAgain), the
 // stream fails, or the endpoint is down. A protocol error returns the
-// Terminate to send. It checks CRC and markers piecewise (wire.CheckFPDU
-// and wire.StripMarkers want a whole FPDU in one buffer; payload goes
-// straight from the socket to registered memory).
+// Terminate to send. It checks CRC and markers piecewise with the stream's
+// codec (payload goes straight from the socket to registered memory).
 func (rx *rxState) step() (*termInfo, error) {
 	rd := &rx.rd
 	e := rx.e
@@ -1073,13 +1061,16 @@ func (rx *rxState) step() (*termInfo, error) {
 		switch rx.phase {
 		case phHdr:
 			hb := rx.hdr[:]
-			if rx.hgot == 0 {
-				if e.dead.Load() {
-					return nil, errDead
-				}
-				rd.fstart = rd.pos
-				rd.crc = 0
+			if rx.hgot == 0 && e.dead.Load() {
+				return nil, errDead
+			}
+			if !rx.begun {
+				// Once per FPDU: a marker in front of its length field
+				// may be read before the socket runs dry.
+				rd.fstart = rd.st.Pos()
+				rd.st.Begin()
 				rx.act = actNone
+				rx.begun = true
 			}
 			if rx.hgot < 4 {
 				if err := rd.fill(hb[:4], &rx.hgot); err != nil {
@@ -1149,12 +1140,11 @@ func (rx *rxState) step() (*termInfo, error) {
 			if err := rd.rawFill(rx.tr[4:8], &rx.tgot); err != nil {
 				return rx.ioErr(err, rx.hl)
 			}
-			rd.pos += 4
-			rx.phase, rx.hgot = phHdr, 0
-			if rd.crcOn && wire.GetCRC(rx.tr[4:]) != rd.crc {
+			rx.phase, rx.hgot, rx.begun = phHdr, 0, false
+			if err := rd.st.CheckTrailer(rx.tr[4:]); err != nil {
 				return rx.termFor(wire.ErrMPACRC, rx.hl)
 			}
-			e.ctr.AddRx(1, rd.pos-rd.fstart)
+			e.ctr.AddRx(1, rd.st.Pos()-rd.fstart)
 			if e.awaitRTR.Load() {
 				e.established()
 			} else if e.txHeld.Load() {

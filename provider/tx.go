@@ -88,6 +88,9 @@ const (
 	batchArena = 32 << 10
 	batchIOV   = 1024
 	batchBytes = 1 << 20
+	// batchCopies: with CRC on, the payload of a batch is copied (see
+	// frameSegment); a batch ends when less than a largest FPDU is left.
+	batchCopies = 256 << 10
 )
 
 type txAct struct {
@@ -128,12 +131,8 @@ type txState struct {
 	reqID   uint32
 	rtrRead bool
 	finSent bool
-	giveUp  bool // the socket stayed full past its deadline: fail the batch
-	crc     bool
-	mk      bool
-	spos    uint64 // stream position (markers), counted from the first FPDU
-	fstart  uint64
-	crcAcc  uint32
+	giveUp  bool        // the socket stayed full past its deadline: fail the batch
+	fr      wire.Stream // the outbound MPA stream: markers and CRC
 
 	// wgate is held around each write of the batch and the retiring of
 	// the messages it finished; failing takes it before it flushes the
@@ -146,6 +145,8 @@ type txState struct {
 	bufs    *batchBufs
 	arena   []byte
 	apos    int
+	copies  []byte // with CRC on, the payload copied where the CRC is taken
+	cpos    int
 	iov     [][]byte
 	wi, wo  int // write cursor: iov index and offset
 	queued  int64
@@ -166,13 +167,15 @@ type txState struct {
 	ordFree  []*ordEntry // completed ORD entries, for buildSQ (under mu)
 }
 
-// batchBufs is a transmitter's batch memory (arena, iov, iovecs: ~72 KiB).
+// batchBufs is a transmitter's batch memory (arena, iov, iovecs: ~72 KiB,
+// and with CRC on batchCopies for the payload).
 // It is taken from the process's free list when a transmitter starts framing
 // and given back when it has written everything: an idle connection holds
 // none. (Not a sync.Pool: that one drops entries at random under the race
 // detector and at every second GC, and then the data path allocates.)
 type batchBufs struct {
 	arena  []byte
+	copies []byte
 	iov    [][]byte
 	iovecs []unix.Iovec
 }
@@ -197,7 +200,10 @@ func (t *txState) holdBatch() {
 		b = &batchBufs{arena: make([]byte, batchArena), iov: make([][]byte, 0, batchIOV),
 			iovecs: make([]unix.Iovec, 0, batchIOV)}
 	}
-	t.bufs, t.arena, t.iov, t.iovecs = b, b.arena, b.iov[:0], b.iovecs[:0]
+	if t.fr.CRC && b.copies == nil {
+		b.copies = make([]byte, batchCopies)
+	}
+	t.bufs, t.arena, t.iov, t.iovecs, t.copies = b, b.arena, b.iov[:0], b.iovecs[:0], b.copies
 }
 
 // releaseBatch gives the batch memory back once everything framed is written.
@@ -209,7 +215,7 @@ func (t *txState) releaseBatch() {
 	// What the slices still point at is the arena or registered memory
 	// (not the Go heap): nothing stale is kept alive.
 	b.iov, b.iovecs = t.iov[:0], t.iovecs[:0]
-	t.bufs, t.arena, t.iov, t.iovecs = nil, nil, nil, nil
+	t.bufs, t.arena, t.iov, t.iovecs, t.copies = nil, nil, nil, nil, nil
 	t.resetBatch()
 	freeBatches.Lock()
 	if len(freeBatches.l) < maxFreeBatches {
@@ -283,8 +289,7 @@ func (t *txState) newSQMsg(idx uint32) *txMsg {
 func (t *txState) init(e *Endpoint) {
 	t.e = e
 	t.msn = [5]uint32{1, 1, 1, 1, 1}
-	t.crc = e.neg.crc
-	t.mk = e.neg.mkTx
+	t.fr = wire.NewStream(e.neg.crc, e.neg.mkTx, 0)
 	t.wfn = t.writeFD
 	t.rfn = t.copyRing
 }
@@ -774,13 +779,14 @@ func (t *txState) dropBatch() {
 
 func (t *txState) resetBatch() {
 	t.iov = t.iov[:0]
-	t.apos = 0
+	t.apos, t.cpos = 0, 0
 	t.wi, t.wo = 0, 0
 	t.queued, t.written = 0, 0
 }
 
 func (t *txState) batchFull() bool {
-	return t.apos > batchArena-1024 || len(t.iov) > batchIOV-320 || t.queued >= batchBytes
+	return t.apos > batchArena-1024 || len(t.iov) > batchIOV-320 || t.queued >= batchBytes ||
+		(t.fr.CRC && t.cpos > batchCopies-wire.MaxULPDULen)
 }
 
 // fill frames FPDUs into the batch; false when there was nothing to send.
@@ -1083,14 +1089,18 @@ func (t *txState) maxULPDU() int {
 	e := t.e
 	if e.shm == nil && time.Since(t.mssAt) >= mssRecheck {
 		t.mssAt = time.Now()
-		e.mulpdu = mulpduFor(e.rc, t.mk)
+		e.mulpdu = mulpduFor(e.rc, t.fr.Markers)
 	}
 	return e.mulpdu
 }
 
-// frameSegment appends the next FPDU of m to the batch. It frames piecewise
-// (wire.FinishFPDU and wire.InsertMarkers want the FPDU in one buffer; here
-// the payload stays in registered memory, one iovec per piece).
+// frameSegment appends the next FPDU of m to the batch, piece by piece
+// through the stream's codec (the payload is not gathered into one buffer).
+// Without CRC the payload goes from registered memory, one iovec per piece;
+// with CRC it is copied first and the CRC taken over the copy: sendmsg reads
+// the batch later, and the application (or a peer's Write into a region we
+// answer a Read from) may change the source meanwhile, which would make the
+// CRC false for the bytes sent.
 func (t *txState) frameSegment(m *txMsg) {
 	t.holdBatch()
 	h := &m.h
@@ -1118,15 +1128,21 @@ func (t *txState) frameSegment(m *txMsg) {
 	ulpdu := hl + chunk
 	wire.PutULPDULen(hb, ulpdu)
 	t.apos += 2 + hl
-	t.fstart = t.spos
-	t.crcAcc = 0
+	t.fr.Begin()
 	t.piece(hb[:2+hl])
 	// payload slices
 	left := chunk
 	for left > 0 {
 		d := m.data[m.si][m.so:]
 		k := min(len(d), left)
-		t.piece(d[:k])
+		if t.fr.CRC {
+			c := t.copies[t.cpos : t.cpos+k]
+			copy(c, d[:k])
+			t.cpos += k
+			t.piece(c)
+		} else {
+			t.piece(d[:k])
+		}
 		left -= k
 		m.so += k
 		if m.so == len(m.data[m.si]) {
@@ -1142,76 +1158,57 @@ func (t *txState) frameSegment(m *txMsg) {
 		t.piece(tr[:pad])
 		t.apos += pad
 	}
-	if t.mk && wire.NextMarker(t.spos) == 0 {
+	if t.fr.MarkerDue() {
 		t.marker()
 	}
-	crcb := t.arena[t.apos : t.apos+4]
-	if t.crc {
-		wire.PutCRC(crcb, t.crcAcc)
-	} else {
-		clear(crcb)
-	}
-	t.apos += 4
+	crcb := t.arena[t.apos : t.apos+wire.MPACRCSize]
+	t.fr.PutTrailer(crcb)
+	t.apos += wire.MPACRCSize
 	t.iov = append(t.iov, crcb)
-	t.queued += 4
-	t.spos += 4
+	t.queued += wire.MPACRCSize
 	t.e.ctr.AddTx(1, 0)
 }
 
-// piece adds bytes of the current FPDU (before its CRC) to the batch,
-// inserting markers and summing the CRC.
+// piece adds octets of the current FPDU (before its CRC field) to the
+// batch, with the markers due among them.
 func (t *txState) piece(b []byte) {
 	for len(b) > 0 {
-		k := len(b)
-		if t.mk {
-			if wire.NextMarker(t.spos) == 0 {
-				t.marker()
-			}
-			k = min(k, wire.NextMarker(t.spos))
+		if t.fr.MarkerDue() {
+			t.marker()
+			continue
 		}
-		if t.crc {
-			t.crcAcc = wire.CRC32cUpdate(t.crcAcc, b[:k])
-		}
+		k := t.fr.Room(len(b))
+		t.fr.Sum(b[:k])
 		t.iov = append(t.iov, b[:k])
 		t.queued += int64(k)
-		t.spos += uint64(k)
 		b = b[k:]
 	}
 }
 
 func (t *txState) marker() {
-	mb := t.arena[t.apos : t.apos+4]
-	mb[0], mb[1] = 0, 0
-	binary.BigEndian.PutUint16(mb[2:], uint16(t.spos-t.fstart))
-	t.apos += 4
-	if t.crc {
-		t.crcAcc = wire.CRC32cUpdate(t.crcAcc, mb)
-	}
+	mb := t.arena[t.apos : t.apos+wire.MarkerLen]
+	t.fr.PutMarker(mb)
+	t.apos += wire.MarkerLen
 	t.iov = append(t.iov, mb)
-	t.queued += 4
-	t.spos += 4
+	t.queued += wire.MarkerLen
 }
 
-// frameOne frames a single FPDU given as bytes (length, header, pad) and
-// returns it with its CRC (and markers), for the RTR sent before RTS.
+// frameOne frames a single FPDU given as octets (length, header, pad) and
+// returns it with its markers and CRC field, for the RTR sent before RTS.
 func (t *txState) frameOne(fpdu []byte) []byte {
-	t.fstart = t.spos
-	t.crcAcc = 0
 	t.holdBatch()
 	t.resetBatch()
+	t.fr.Begin()
 	t.piece(fpdu)
-	if t.mk && wire.NextMarker(t.spos) == 0 {
+	if t.fr.MarkerDue() {
 		t.marker()
 	}
 	var out []byte
 	for _, b := range t.iov {
 		out = append(out, b...)
 	}
-	var c [4]byte
-	if t.crc {
-		wire.PutCRC(c[:], t.crcAcc)
-	}
-	t.spos += 4
+	var c [wire.MPACRCSize]byte
+	t.fr.PutTrailer(c[:])
 	t.resetBatch()
 	return append(out, c[:]...)
 }

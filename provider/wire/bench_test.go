@@ -47,17 +47,18 @@ func BenchmarkCRC32c64K(b *testing.B) {
 	}
 }
 
-func BenchmarkStripMarkers9000(b *testing.B) {
-	fp := make([]byte, 9000)
-	wire := make([]byte, MarkedLen(100, len(fp)))
-	if _, err := InsertMarkers(wire, fp, 100); err != nil {
+func BenchmarkStreamNextFPDU9000Markers(b *testing.B) {
+	tx := NewStream(true, true, 100)
+	wire, err := tx.AppendFPDU(nil, make([]byte, 9000))
+	if err != nil {
 		b.Fatal(err)
 	}
-	out := make([]byte, len(fp))
+	out := make([]byte, 0, 9000)
 	b.SetBytes(int64(len(wire)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := StripMarkers(out, wire, 100); err != nil {
+		rx := NewStream(true, true, 100)
+		if _, _, err := rx.NextFPDU(out, wire); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -74,10 +74,10 @@ func PutCRC(b []byte, crc uint32) { binary.LittleEndian.PutUint32(b, crc) }
 // GetCRC reads the CRC trailer written by PutCRC.
 func GetCRC(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
 
-// FinishFPDU completes an FPDU in place: b[2:2+ulpduLen] holds the ULPDU;
-// FinishFPDU writes the length field, zero pad and the CRC trailer (the
-// CRC32c of everything before it when crc is set, else zero) and returns
-// the FPDU length.
+// FinishFPDU completes an FPDU without markers in place: b[2:2+ulpduLen]
+// holds the ULPDU; FinishFPDU writes the length field, zero pad and the CRC
+// field (the CRC32c of everything before it when crc is set, else zero) and
+// returns the FPDU length. (Stream frames with markers.)
 func FinishFPDU(b []byte, ulpduLen int, crc bool) (int, error) {
 	if ulpduLen < 0 || ulpduLen > MaxULPDULen {
 		return 0, ErrMPALength
@@ -86,21 +86,19 @@ func FinishFPDU(b []byte, ulpduLen int, crc bool) (int, error) {
 	if len(b) < n {
 		return 0, ErrShort
 	}
+	s := Stream{CRC: crc}
+	s.Begin()
 	PutULPDULen(b, ulpduLen)
-	end := MPALenSize + ulpduLen
-	clear(b[end : n-MPACRCSize])
-	var c uint32
-	if crc {
-		c = CRC32c(b[:n-MPACRCSize])
-	}
-	PutCRC(b[n-MPACRCSize:], c)
+	clear(b[MPALenSize+ulpduLen : n-MPACRCSize])
+	s.Sum(b[:n-MPACRCSize])
+	s.PutTrailer(b[n-MPACRCSize:])
 	return n, nil
 }
 
 // CheckFPDU parses the FPDU (without markers) at the start of b: it returns
 // the ULPDU (a sub-slice) and the FPDU length. With crc set it verifies the
-// CRC trailer and returns ErrMPACRC on mismatch. It returns ErrShort when
-// b ends before the FPDU does.
+// CRC field and returns ErrMPACRC on mismatch. It returns ErrShort when b
+// ends before the FPDU does. (Stream parses with markers.)
 func CheckFPDU(b []byte, crc bool) (ulpdu []byte, n int, err error) {
 	if len(b) < MPALenSize {
 		return nil, 0, ErrShort
@@ -110,8 +108,11 @@ func CheckFPDU(b []byte, crc bool) (ulpdu []byte, n int, err error) {
 	if len(b) < n {
 		return nil, 0, ErrShort
 	}
-	if crc && CRC32c(b[:n-MPACRCSize]) != GetCRC(b[n-MPACRCSize:]) {
-		return nil, 0, ErrMPACRC
+	s := Stream{CRC: crc}
+	s.Begin()
+	s.Sum(b[:n-MPACRCSize])
+	if err := s.CheckTrailer(b[n-MPACRCSize : n]); err != nil {
+		return nil, 0, err
 	}
 	return b[MPALenSize : MPALenSize+l], n, nil
 }
@@ -163,89 +164,4 @@ func MarkersIn(pos uint64, n int) int {
 		return 0
 	}
 	return int((uint64(n)-first-1)/MarkerInterval) + 1
-}
-
-// putMarker writes one marker with the given FPDUPTR.
-func putMarker(b []byte, ptr int) {
-	b[0], b[1] = 0, 0
-	binary.BigEndian.PutUint16(b[2:], uint16(ptr))
-}
-
-// InsertMarkers copies the FPDU fpdu (built without markers) to dst,
-// inserting markers for its stream offset pos, and returns the number of
-// bytes written (MarkedLen(pos, len(fpdu))). dst must not overlap fpdu.
-func InsertMarkers(dst, fpdu []byte, pos uint64) (int, error) {
-	need := MarkedLen(pos, len(fpdu))
-	if len(dst) < need {
-		return 0, ErrShort
-	}
-	w, r := 0, 0
-	hdr := pos // stream offset of the ULPDU Length field
-	if len(fpdu) > 0 && NextMarker(pos) == 0 {
-		hdr = pos + MarkerLen
-	}
-	for r < len(fpdu) {
-		if NextMarker(pos) == 0 {
-			ptr := 0
-			if pos > hdr {
-				ptr = int(pos - hdr)
-			}
-			putMarker(dst[w:], ptr)
-			w += MarkerLen
-			pos += MarkerLen
-		}
-		take := min(len(fpdu)-r, NextMarker(pos+1)+1)
-		copy(dst[w:], fpdu[r:r+take])
-		w += take
-		r += take
-		pos += uint64(take)
-	}
-	return w, nil
-}
-
-// StripMarkers removes the markers from one FPDU as received (wire holds
-// exactly the FPDU's stream octets, starting at stream offset pos) and
-// writes the bare FPDU to dst, returning its length. Every marker's
-// FPDUPTR is checked; a mismatch, or a marker after the FPDU's last byte
-// (it would belong to the next FPDU), returns ErrMPAMarker. dst may be
-// wire[:0] to strip in place.
-func StripMarkers(dst, wire []byte, pos uint64) (int, error) {
-	dst = dst[:cap(dst)]
-	start := pos
-	hdr := pos
-	if len(wire) > 0 && NextMarker(pos) == 0 {
-		hdr = pos + MarkerLen
-	}
-	w, r := 0, 0
-	for r < len(wire) {
-		if NextMarker(pos) == 0 {
-			if len(wire)-r < MarkerLen {
-				return 0, ErrShort
-			}
-			ptr := int(binary.BigEndian.Uint16(wire[r+2:]))
-			want := 0
-			if pos > hdr {
-				want = int(pos - hdr)
-			}
-			if ptr != want {
-				return 0, ErrMPAMarker
-			}
-			r += MarkerLen
-			pos += MarkerLen
-			continue
-		}
-		take := min(len(wire)-r, NextMarker(pos+1)+1)
-		if len(dst) < w+take {
-			return 0, ErrShort
-		}
-		copy(dst[w:w+take], wire[r:r+take])
-		w += take
-		r += take
-		pos += uint64(take)
-	}
-	if MarkedLen(start, w) != len(wire) {
-		// A marker after the last FPDU byte belongs to the next FPDU.
-		return 0, ErrMPAMarker
-	}
-	return w, nil
 }

@@ -135,39 +135,6 @@ func FuzzTerminate(f *testing.F) {
 	})
 }
 
-func FuzzStripMarkers(f *testing.F) {
-	fp := siwSendFPDU
-	for _, pos := range []uint64{0, 472, 480, 500, 988} {
-		w := make([]byte, MarkedLen(pos, len(fp)))
-		_, _ = InsertMarkers(w, fp, pos)
-		f.Add(w, pos)
-	}
-	f.Fuzz(func(t *testing.T, wire []byte, pos uint64) {
-		out := make([]byte, len(wire))
-		n, err := StripMarkers(out, wire, pos)
-		if err != nil {
-			return
-		}
-		if MarkedLen(pos, n) != len(wire) {
-			t.Fatalf("stripped %d bytes from %d at %d", n, len(wire), pos)
-		}
-		again := make([]byte, len(wire))
-		m, err := InsertMarkers(again, out[:n], pos)
-		if err != nil || m != len(wire) {
-			t.Fatalf("re-insert: %d %v", m, err)
-		}
-		// Equal except the markers' reserved halves, which are not checked.
-		for i := range wire {
-			if wire[i] != again[i] {
-				p := pos + uint64(i)
-				if p%MarkerInterval >= 2 {
-					t.Fatalf("byte %d differs", i)
-				}
-			}
-		}
-	})
-}
-
 // TestWriteFuzzSeeds writes the seed corpus files under testdata/fuzz.
 func TestWriteFuzzSeeds(t *testing.T) {
 	if os.Getenv("WIRE_WRITE_SEEDS") == "" {
@@ -195,8 +162,10 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		write("FuzzTerminate", "seed-"+strconv.Itoa(i), bs(v.wire))
 	}
 	for _, pos := range []uint64{0, 480, 500} {
-		w := make([]byte, MarkedLen(pos, len(siwSendFPDU)))
-		_, _ = InsertMarkers(w, siwSendFPDU, pos)
-		write("FuzzStripMarkers", "seed-"+strconv.FormatUint(pos, 10), bs(w), "uint64("+strconv.FormatUint(pos, 10)+")")
+		st := NewStream(true, true, pos)
+		w, _ := st.AppendFPDU(nil, siwSendFPDU[2:36])
+		p := "uint64(" + strconv.FormatUint(pos, 10) + ")"
+		write("FuzzStreamParse", "seed-"+strconv.FormatUint(pos, 10), bs(w), p, "bool(true)", "bool(true)")
+		write("FuzzStreamRoundTrip", "seed-"+strconv.FormatUint(pos, 10), bs(siwSendFPDU), p, "bool(true)", "bool(true)", "uint8(7)")
 	}
 }
