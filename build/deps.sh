@@ -5,7 +5,8 @@
 # references bench/compare.sh measures against. Runs apt-get only when something
 # is missing.
 set -euo pipefail
-build_pkgs=(cmake make gcc g++ pkg-config binutils file git
+# dpkg-dev: dpkg-shlibdeps and dpkg-architecture, for `cpack -G DEB` (docs/install.md).
+build_pkgs=(cmake make gcc g++ pkg-config binutils file git dpkg-dev
   libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest)
 test_pkgs=(qperf tshark iperf3 python3 python3-pyverbs procps iproute2 coreutils libfabric-bin util-linux sockperf)
 # interop_siw (tests/interop): what ../shared/interop/build-guest.sh needs to
