@@ -1,4 +1,4 @@
-// Command capi is built with -buildmode=c-shared into libgoiwarp.so: the
+// Command capi is built with -buildmode=c-shared into libgoiwarp-core.so.1 (loaded by the shim, capi/loader): the
 // libibverbs and librdmacm C ABI over the Go verbs, provider and rdmacm
 // packages. C code lives in the .c files of this directory (capi.h is the
 // private header); the Go files export functions that convert arguments and

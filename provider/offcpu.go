@@ -39,7 +39,7 @@ import (
 // milliseconds in tens: ib_read_bw's requester had a pinned thread
 // holding its RX token, ready but not running, while its poller found
 // the token taken and 8 MB waited in the socket -- stalls of 0.1 to 8 s
-// (bench/README.md); ib_write_bw -b's, placing Writes between posts, too.
+// (measured with bench/stallwatch.py); ib_write_bw -b's, placing Writes between posts, too.
 // So only a ping-pong -- wake-ups in a row that completed nothing, each a
 // few posts after the last -- pins a thread; any other wake-up releases
 // every thread pinned so far. And only where the user opted in

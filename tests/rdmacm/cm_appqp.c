@@ -306,7 +306,7 @@ static int t_appqp(void)
 	rdma_ack_cm_event(e);
 	CHECK(qp_state(ca.qp) == IBV_QPS_RTS);
 	self_modify(cid, ca.qp);
-	CHECK(rdma_establish(cid) == 0); /* nothing to do on iWARP: see README */
+	CHECK(rdma_establish(cid) == 0); /* nothing to do on iWARP: see docs/rdma-cm.md */
 	errno = 0;
 	CHECK(rdma_establish(sid) == -1 && errno == EINVAL);
 

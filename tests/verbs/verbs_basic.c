@@ -73,7 +73,7 @@ static void test_device(void)
 	CHECK(pa.state == IBV_PORT_ACTIVE);
 	CHECK(pa.link_layer == IBV_LINK_LAYER_ETHERNET);
 	CHECK(pa.active_mtu >= IBV_MTU_256 && pa.active_mtu <= IBV_MTU_4096);
-	/* entry 0, ::ffff:127.0.0.1, ::1 (README "Programs without librdmacm") */
+	/* entry 0, ::ffff:127.0.0.1, ::1 (docs/without-librdmacm.md) */
 	CHECK(pa.gid_tbl_len >= 3 && pa.pkey_tbl_len == 1);
 	int ngids = pa.gid_tbl_len;
 	CHECK(ibv_query_port(ctx, 2, &pa) != 0);
