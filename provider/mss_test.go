@@ -64,3 +64,25 @@ func TestFPDUsFollowMSS(t *testing.T) {
 	require.LessOrEqual(t, tx.cur.seg, e.mulpdu-hdr, "within the size it asked")
 	require.Greater(t, tx.cur.seg, atHandshake-hdr)
 }
+
+// FPDUs fill a GSO burst of whole segments without markers, one segment
+// with them (RFC 5044's MULPDU); loopback's segments are already that big.
+func TestFPDUSizeForPath(t *testing.T) {
+	for _, tc := range []struct {
+		mss     int
+		markers bool
+		want    int
+	}{
+		{1448, false, 44*1448 - 6},    // veth or Ethernet, MTU 1500
+		{8948, false, 7*8948 - 6},     // MTU 9000
+		{65483, false, 65483 - 6 - 3}, // loopback
+		{32741, false, 32741 - 6 - 1}, // loopback at the handshake
+		{1448, true, 1448 - 6 - 4*3},  // markers: one segment
+		{536, false, 119*536 - 6},     // the least MSS
+		{100, true, 128},              // the floor
+	} {
+		got := mulpduForMSS(tc.mss, tc.markers)
+		require.Equal(t, tc.want, got, "mss %d markers %v", tc.mss, tc.markers)
+		require.LessOrEqual(t, wire.FPDULen(got), 0xffff+wire.MPALenSize+wire.MPACRCSize)
+	}
+}

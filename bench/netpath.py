@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""netpath.py: goiwarp between two hosts' worth of network stack.
+
+usage: netpath.py [--lib NAME=DIR ...] [--runs N] [--secs S] [--mtu M ...] [--only REGEX]
+
+Makes two network namespaces joined by a veth pair (root needed, as in CI),
+so neither loopback nor the same-host path applies (GOIWARP_SHM=0 as well),
+and runs, rounds interleaved -- round 1 of everything, then round 2 --:
+  iperf3 single stream (-l SIZE) and -P 4, the reference;
+  perftest ib_write_bw / ib_send_bw / ib_read_bw -R, 64 KiB and 1 MiB, and
+  ib_write_bw -q 4, under LD_PRELOAD of each --lib (default: _build);
+  ib_write_lat / ib_send_lat -R -s 2 (typical and 99 %).
+Prints min/median/max per row and each library's median against iperf3's
+(bandwidth) at every MTU. Server in namespace giwB (10.77.0.2), client in
+giwA (10.77.0.1); the namespaces are removed at the end.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+NS_A, NS_B = "giwA", "giwB"
+IP_A, IP_B = "10.77.0.1", "10.77.0.2"
+
+
+def sh(*args, check=True):
+    return subprocess.run(args, check=check, capture_output=True, text=True)
+
+
+def setup(mtu):
+    teardown()
+    sh("ip", "netns", "add", NS_A)
+    sh("ip", "netns", "add", NS_B)
+    sh("ip", "link", "add", "giwva", "netns", NS_A, "type", "veth", "peer", "name", "giwvb", "netns", NS_B)
+    for ns, dev, ip in ((NS_A, "giwva", IP_A), (NS_B, "giwvb", IP_B)):
+        sh("ip", "-n", ns, "addr", "add", ip + "/24", "dev", dev)
+        sh("ip", "-n", ns, "link", "set", dev, "mtu", str(mtu), "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+
+
+def teardown():
+    for ns in (NS_A, NS_B):
+        sh("ip", "netns", "del", ns, check=False)
+
+
+def in_ns(ns, argv, env=None, **kw):
+    return subprocess.Popen(["ip", "netns", "exec", ns] + argv, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def iperf3(size, streams, secs):
+    srv = in_ns(NS_B, ["iperf3", "-s", "-1", "-p", "5301"])
+    time.sleep(0.3)
+    cli = in_ns(NS_A, ["iperf3", "-c", IP_B, "-p", "5301", "-t", str(secs), "-l", str(size),
+                       "-P", str(streams), "-f", "m"])
+    out, _ = cli.communicate(timeout=secs + 30)
+    srv.wait(timeout=10)
+    rows = [l for l in out.splitlines() if "receiver" in l]
+    m = re.search(r"([\d.]+) Mbits/sec", rows[-1]) if rows else None
+    return float(m.group(1)) / 8 if m else None  # MB/s (10^6 bytes)
+
+
+def perftest(lib, prog, args, secs, port):
+    env = dict(os.environ, LD_PRELOAD=os.path.join(lib, "libgoiwarp.so.1"), GOIWARP_SHM="0")
+    common = [prog, "-R", "-p", str(port)] + args
+    if "_bw" in prog:
+        common += ["-D", str(secs)]
+    srv = in_ns(NS_B, ["timeout", str(secs + 40)] + common, env=env)
+    time.sleep(0.5)
+    cli = in_ns(NS_A, ["timeout", str(secs + 40)] + common + [IP_B], env=env)
+    out, _ = cli.communicate()
+    srv.communicate()
+    rows = [l.split() for l in out.splitlines() if re.match(r"^\s*\d+\s+\d+\s+[\d.]", l)]
+    if not rows:
+        return None
+    r = rows[-1]
+    if "_bw" in prog:
+        return float(r[3])  # BW average, MB/s (perftest's MB = 2^20)... see below
+    return (float(r[4]), float(r[7]))  # t_typical, 99 %
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", action="append", default=[], help="NAME=DIR holding libgoiwarp.so.1")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--secs", type=int, default=4)
+    ap.add_argument("--mtu", type=int, action="append", default=[])
+    ap.add_argument("--only", default="")
+    o = ap.parse_args()
+    libs = [l.split("=", 1) for l in o.lib] or [["goiwarp", "_build"]]
+    mtus = o.mtu or [1500, 9000]
+    if os.geteuid() != 0:
+        sys.exit("netpath.py makes network namespaces: run as root")
+
+    rows = []  # (name, kind, fn)
+    for size, label in ((65536, "64K"), (1 << 20, "1M")):
+        rows.append((f"iperf3 -l {label}", "bw", lambda s=size: iperf3(s, 1, o.secs)))
+    rows.append(("iperf3 -P 4 -l 64K", "bw", lambda: iperf3(65536, 4, o.secs)))
+    port = [28000]
+
+    def pt(lib, prog, args):
+        port[0] += 1
+        return perftest(lib, prog, args, o.secs, port[0])
+
+    for name, d in libs:
+        for prog in ("ib_write_bw", "ib_send_bw", "ib_read_bw"):
+            for size, label in ((65536, "64K"), (1 << 20, "1M")):
+                rows.append((f"{name} {prog} {label}", "bw",
+                             lambda d=d, p=prog, s=size: pt(d, p, ["-s", str(s)])))
+        rows.append((f"{name} ib_write_bw -q 4 64K", "bw", lambda d=d: pt(d, "ib_write_bw", ["-s", "65536", "-q", "4"])))
+        for prog in ("ib_write_lat", "ib_send_lat"):
+            rows.append((f"{name} {prog} 2", "lat", lambda d=d, p=prog: pt(d, p, ["-s", "2", "-n", "20000"])))
+    rows = [r for r in rows if re.search(o.only, r[0])]
+
+    try:
+        for mtu in mtus:
+            setup(mtu)
+            samples = {r[0]: [] for r in rows}
+            for rnd in range(o.runs):
+                for name, kind, fn in rows:
+                    v = fn()
+                    samples[name].append(v)
+                    print(f"mtu {mtu} round {rnd + 1}: {name}: {v}", file=sys.stderr, flush=True)
+            report(mtu, rows, samples)
+    finally:
+        teardown()
+
+
+def med3(vals):
+    vals = sorted(v for v in vals if v is not None)
+    if not vals:
+        return None
+    return vals[0], statistics.median(vals), vals[-1]
+
+
+def report(mtu, rows, samples):
+    print(f"\n## veth, MTU {mtu} (GOIWARP_SHM=0; bandwidth MB/s: iperf3 10^6 B/s, perftest 2^20 B/s "
+          f"converted to 10^6; latency µs typical / 99 %)")
+    print("| row | min | median | max |")
+    print("|---|---|---|---|")
+    med = {}
+    for name, kind, _ in rows:
+        s = samples[name]
+        if kind == "bw":
+            vals = [v * (1.048576 if not name.startswith("iperf3") else 1) if v else None for v in s]
+            m = med3(vals)
+            med[name] = m[1] if m else None
+            cell = " | ".join(f"{x:,.0f}" for x in m) if m else "failed | | "
+        else:
+            t = med3([v[0] if v else None for v in s])
+            p = med3([v[1] if v else None for v in s])
+            med[name] = t[1] if t else None
+            cell = " | ".join(f"{a:.1f} / {b:.1f}" for a, b in zip(t, p)) if t and p else "failed | | "
+        print(f"| {name} | {cell} |")
+    ref64, ref1m, refp4 = med.get("iperf3 -l 64K"), med.get("iperf3 -l 1M"), med.get("iperf3 -P 4 -l 64K")
+    print("\n| ratio of medians | value |")
+    print("|---|---|")
+    for name, kind, _ in rows:
+        if kind != "bw" or name.startswith("iperf3") or not med.get(name):
+            continue
+        ref = refp4 if "-q 4" in name else (ref1m if name.endswith("1M") else ref64)
+        if ref:
+            print(f"| {name} / iperf3 | {med[name] / ref:.2f} |")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
