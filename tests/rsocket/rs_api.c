@@ -18,7 +18,7 @@
 #include <rdma/rsocket.h>
 
 #include "giw_test.h"
-#include "../../capi/rsocket_wire.h"
+#include "../../rsockets/rsocket_wire.h"
 
 static int port;
 

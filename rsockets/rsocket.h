@@ -1,14 +1,15 @@
-/* capi private header: goiwarp's rsockets (<rdma/rsocket.h>).
+/* rsockets' private header: goiwarp's rsockets (<rdma/rsocket.h>), a
+ * library on top of the public API (rsocket.c says where it is linked).
  *
- * Why C, here: an rsocket is a small state machine driven entirely through
- * verbs calls (post, poll, req_notify, get_cq_event) that are already C in
- * capi, inline over our rings. Written in Go, every rsend/rrecv would cross
- * into Go and back out to post and poll -- two crossings per call for no
- * logic Go does better. Written in C over our own exported rdma_ and ibv_ calls
- * (the core is linked -Bsymbolic, so these calls stay inside goiwarp), it
- * adds no cgo export and no Go state; the Go CM and engine see an ordinary
- * RC connection. librdmacm's own rsockets cannot run on goiwarp's ids: they
- * read librdmacm's private struct behind rdma_cm_id.
+ * Why C: an rsocket is a small state machine driven entirely through verbs
+ * calls (post, poll, req_notify, get_cq_event) that are already C in capi,
+ * inline over our rings. Written in Go, every rsend/rrecv would cross into
+ * Go and back out to post and poll -- two crossings per call for no logic
+ * Go does better. Written in C over our own exported rdma_ and ibv_ calls
+ * (linked into the core, which is linked -Bsymbolic, so these calls stay
+ * inside goiwarp), it adds no cgo export and no Go state; the Go CM and
+ * engine see an ordinary RC connection. librdmacm's own rsockets cannot run
+ * on goiwarp's ids: they read librdmacm's private struct behind rdma_cm_id.
  *
  * Files: rsocket_wire.h (wire encoding, pure), rsocket.c (the socket calls,
  * connection set-up, options), rsocket_io.c (buffers, credits, CQ, data

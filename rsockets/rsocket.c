@@ -1,4 +1,29 @@
-/* rsockets: the socket calls, connection set-up and options.
+/* rsockets: sockets over RDMA connections (<rdma/rsocket.h>), a library on
+ * top of the public rdma_* and ibv_* API, as librdmacm's rsocket.c is: the
+ * files of this directory include only the public headers of include/ (and
+ * their own), and reach goiwarp through the calls every program makes.
+ *
+ * Where it is linked: into the Go core, libgoiwarp-core.so.1, as a static
+ * archive linked whole (CMakeLists.txt: -Wl,--whole-archive in go build's
+ * -extldflags), not into the loader shim libgoiwarp.so.1. Why:
+ *  - fork. The shim outlives a fork, a core does not: a child forked after
+ *    the first call gets a fresh copy of the core (capi/loader/shim.c). In
+ *    the core, rsockets' state -- the fd table below, each rsocket's locks,
+ *    buffers, ids and CQ -- lives and dies with the objects it names: a
+ *    child starts from an empty table, its new rsockets run on its own core,
+ *    and its parent's rsockets are no rsockets there (EBADF), as the parent's
+ *    ids are foreign there (EPERM). In the shim the parent's table would
+ *    reach the child, naming objects of a dead core, with any of its mutexes
+ *    that another thread of the parent held at the fork still locked.
+ *  - the calls stay inside the core, which is linked -Bsymbolic: no
+ *    trampoline per call, and nothing loaded beside goiwarp (a librdmacm the
+ *    program also links) can come between rsockets and goiwarp's rdma_*.
+ *  - the exports do not change: the core exports rsocket, rsend, ... by name
+ *    (build/libgoiwarp.map) and the shim forwards them as it forwards every
+ *    call of the core (capi/loader/gen-symbols.sh, which also reads their
+ *    failure kinds from these files).
+ *
+ * This file: the socket calls, connection set-up and options.
  *
  * An rsocket is numbered by the fd of its own CM event channel, as
  * librdmacm's are, so its number never collides with the application's
