@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """c-calls.py [DIR ...]: which C file calls which, and the cycles among them.
 
-For every .c file in the given directories (default: capi rsockets), compiles
+The directories are one library's sources: capi rsockets (the default) are
+the core, libgoiwarp-core.so.1; capi/loader is the shim, run on its own
+(it needs its generated header:
+C_CALLS_CFLAGS='-I_build/capi-loader -DGOIWARP_CORE_SONAME="x"').
+
+For every .c (and .S) file in the given directories, compiles
 it on its own (-c, include/ and the file's directory on the include path; for
 a cgo package the _cgo_export.h that `go tool cgo` writes) and reads `nm` of
 the object: the global symbols it defines and the ones it leaves undefined.
@@ -12,7 +17,7 @@ shown as calls to "(go)"; libc and the rest are ignored.
 
 Prints each file's outgoing edges with the symbols behind them, then the
 strongly connected components of more than one file (the circles). Exit
-status 1 if there is any circle, so a test can run it.
+status 1 if there is any circle: ctest c_calls_no_cycles runs it.
 """
 import os
 import re
@@ -23,10 +28,15 @@ import tempfile
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 dirs = sys.argv[1:] or ["capi", "rsockets"]
 cc = os.environ.get("CC", "cc")
+go = os.environ.get("GO", "go")
+extra = os.environ.get("C_CALLS_CFLAGS", "").split()
 
 
 def run(cmd, **kw):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if p.returncode:
+        sys.exit("c-calls.py: %s failed:\n%s" % (" ".join(cmd), p.stderr))
+    return p.stdout
 
 
 def go_exports(pkgdir, tmp):
@@ -35,7 +45,7 @@ def go_exports(pkgdir, tmp):
     cgo = [f for f in gofiles if re.search(r'^import "C"', open(os.path.join(pkgdir, f)).read(), re.M)]
     if not cgo:
         return None
-    run(["go", "tool", "cgo", "-objdir", tmp, "--", "-I" + os.path.join(root, "include")] + cgo, cwd=pkgdir)
+    run([go, "tool", "cgo", "-objdir", tmp, "--", "-I" + os.path.join(root, "include")] + cgo, cwd=pkgdir)
     names = set()
     for f in gofiles:
         names |= set(re.findall(r"^//export (\w+)", open(os.path.join(pkgdir, f)).read(), re.M))
@@ -53,12 +63,12 @@ with tempfile.TemporaryDirectory() as tmp:
         names = go_exports(pkgdir, cgodir)
         goexp |= names or set()
         for f in sorted(os.listdir(pkgdir)):
-            if not f.endswith(".c"):
+            if not f.endswith((".c", ".S")):
                 continue
             src = os.path.join(d, f)
             obj = os.path.join(tmp, src.replace("/", "_") + ".o")
             run([cc, "-c", "-O2", "-w", "-I" + os.path.join(root, "include"), "-I" + pkgdir,
-                 "-I" + cgodir, "-o", obj, os.path.join(root, src)])
+                 "-I" + cgodir] + extra + ["-o", obj, os.path.join(root, src)])
             d_, u_ = set(), set()
             for line in run(["nm", obj]).splitlines():
                 parts = line.split()
