@@ -94,7 +94,7 @@ grep -q '^giw_lo ' <<<"$stat" ||
 echo "ok: install (shim, soname link, core, giw_stat runs, $(echo $headers | wc -w) headers, goiwarp.pc, $(ls "$prefix/bin" 2>/dev/null | wc -l) examples)"
 
 step sanitizers
-# The C of the shim, the tests and the core's cgo (capi/*.c) under
+# The C of the shim, the tests, rsockets/ and the core's cgo (capi/*.c) under
 # -DGOIWARP_SANITIZE (CMakeLists.txt); the Go code is not instrumented, go test
 # -race above covers it (Go's race runtime is a second TSan, the two cannot
 # share a process). ASan+UBSan (LeakSanitizer at exit included): the thread,

@@ -1,4 +1,12 @@
-/* capi private header: the C objects behind the libibverbs ABI.
+/* The verbs glue's header: the C objects behind the libibverbs ABI.
+ *
+ * capi holds two ABI glues, each a set of .c files with one header: the
+ * verbs glue (this header; device.c, objects.c, datapath.c, live.c, and the
+ * ring layout giw_ring.h it shares with the Go engine) and the rdmacm glue
+ * (rdmacm.h; rdmacm.c, rdmacm_ep.c), which builds on this one as librdmacm
+ * builds on libibverbs. giw_ext.c (goiwarp's giw_* calls), fork.c and
+ * sigmask.c serve both. rsockets are not here: they are a library on top of
+ * the public API (rsockets/ at the top of the tree).
  *
  * ---------------------------------------------------------------------------
  * Interface notes for the rest of capi (rdmacm glue, giw_* extensions)
@@ -22,7 +30,7 @@
  *          uintptr_t gcapi_cq_handle(struct ibv_cq *);
  *          uintptr_t gcapi_qp_handle(struct ibv_qp *);
  *          uintptr_t gcapi_srq_handle(struct ibv_srq *);
- *   (0 for NULL.)
+ *   (0 for NULL; static inline, below.)
  * From Go (package main, same cgo namespace; see capi/handles.go):
  *          contextOf(*C.struct_ibv_context) *verbs.Context
  *          pdOf(*C.struct_ibv_pd) *verbs.PD
@@ -232,26 +240,78 @@ static inline const char *gcapi_name(const char *const *tab, size_t n, long i,
 }
 #define GCAPI_NAME(tab, i, fallback) gcapi_name(tab, sizeof(tab) / sizeof((tab)[0]), i, fallback)
 
-/* Handles for the rdmacm glue and the giw_* extensions. */
-uintptr_t gcapi_context_handle(struct ibv_context *ctx);
-uintptr_t gcapi_pd_handle(struct ibv_pd *pd);
-uintptr_t gcapi_mr_handle(struct ibv_mr *mr);
-uintptr_t gcapi_cq_handle(struct ibv_cq *cq);
-uintptr_t gcapi_qp_handle(struct ibv_qp *qp);
-uintptr_t gcapi_srq_handle(struct ibv_srq *srq);
+/* Handles for Go (handles.go), the rdmacm glue and the giw_* extensions:
+ * the handle of the Go object behind a C object, 0 for NULL. */
+static inline uintptr_t gcapi_context_handle(struct ibv_context *ctx)
+{
+	return ctx ? gcapi_ctx(ctx)->h : 0;
+}
+static inline uintptr_t gcapi_pd_handle(struct ibv_pd *pd)
+{
+	return pd ? ((struct gcapi_pd *)pd)->h : 0;
+}
+static inline uintptr_t gcapi_mr_handle(struct ibv_mr *mr)
+{
+	return mr ? ((struct gcapi_mr *)mr)->h : 0;
+}
+static inline uintptr_t gcapi_cq_handle(struct ibv_cq *cq)
+{
+	return cq ? gcapi_cq(cq)->h : 0;
+}
+static inline uintptr_t gcapi_qp_handle(struct ibv_qp *qp)
+{
+	return qp ? gcapi_qp(qp)->h : 0;
+}
+static inline uintptr_t gcapi_srq_handle(struct ibv_srq *srq)
+{
+	return srq ? gcapi_srq(srq)->h : 0;
+}
+
+/* The port's active MTU for a device MTU in bytes (ibv_query_port, and
+ * ibv_query_qp's path_mtu). */
+static inline enum ibv_mtu gcapi_mtu_enum(int mtu)
+{
+	if (mtu >= 4096)
+		return IBV_MTU_4096;
+	if (mtu >= 2048)
+		return IBV_MTU_2048;
+	if (mtu >= 1024)
+		return IBV_MTU_1024;
+	if (mtu >= 512)
+		return IBV_MTU_512;
+	return IBV_MTU_256;
+}
+
+/* ---- who defines what ------------------------------------------------------
+ * The files of the verbs glue call each other in one direction only
+ * (build/c-calls.py checks): device.c -> objects.c -> datapath.c, and
+ * device.c, objects.c -> live.c; everything may use fork.c's two symbols.
+ * The rdmacm glue (rdmacm.h) and giw_ext.c call into these files, never the
+ * other way. */
+
+/* device.c: devices and the shared contexts of rdma_cm. */
 struct ibv_device *gcapi_device_by_name(const char *name);
 struct ibv_context *gcapi_open_device_by_name(const char *name);
 int gcapi_context_ifindex(struct ibv_context *ctx);
 
-/* Live-object registry: events name C objects by address; a record for an
- * object destroyed meanwhile is dropped instead of handed out. Delivery and
- * the destroy-side wait are serialised by the registry lock. */
+/* live.c: the live-object registry. Events name C objects by address; a
+ * record for an object destroyed meanwhile is dropped instead of handed out.
+ * Delivery and the destroy-side wait are serialised by the registry lock. */
 void gcapi_live_add(void *obj);
 void gcapi_live_del(void *obj);
 /* Under the registry lock: if obj is live, add 1 to *delivered and return 1. */
 int gcapi_live_deliver(void *obj, uint32_t *delivered);
 
-/* Data path ops installed in context->ops (datapath.c). */
+/* objects.c: the extended and memory-window ops ibv_open_device installs. */
+struct ibv_cq_ex *gcapi_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
+struct ibv_qp *gcapi_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+struct ibv_srq *gcapi_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr);
+struct ibv_mw *gcapi_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int gcapi_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
+int gcapi_dealloc_mw(struct ibv_mw *mw);
+
+/* datapath.c: the data path ops installed in context->ops, and the
+ * function pointers of the extended CQs and QPs. */
 int gcapi_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int gcapi_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int gcapi_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
@@ -267,8 +327,5 @@ static inline int gcapi_foreign_ctx(const struct ibv_context *ctx)
 	return ctx && __builtin_expect(ctx->ops.poll_cq != gcapi_poll_cq, 0);
 }
 #define gcapi_foreign(obj) ((obj) && gcapi_foreign_ctx((obj)->context))
-
-/* Layout accessors for the Go layout test (layout.c). */
-size_t gcapi_layout(int what);
 
 #endif

@@ -177,12 +177,6 @@ static int query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_
 			 size_t len);
 static int query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,
 			   struct ibv_device_attr_ex *attr, size_t len);
-struct ibv_cq_ex *gcapi_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
-struct ibv_qp *gcapi_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
-struct ibv_srq *gcapi_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr);
-struct ibv_mw *gcapi_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
-int gcapi_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
-int gcapi_dealloc_mw(struct ibv_mw *mw);
 
 struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
@@ -250,11 +244,6 @@ int ibv_close_device(struct ibv_context *ctx)
 	pthread_mutex_destroy(&ctx->mutex);
 	free(c);
 	return 0;
-}
-
-uintptr_t gcapi_context_handle(struct ibv_context *ctx)
-{
-	return ctx ? gcapi_ctx(ctx)->h : 0;
 }
 
 int gcapi_context_ifindex(struct ibv_context *ctx)
@@ -365,19 +354,6 @@ static int query_device_ex(struct ibv_context *ctx, const struct ibv_query_devic
 	return 0;
 }
 
-static enum ibv_mtu mtu_enum(int mtu)
-{
-	if (mtu >= 4096)
-		return IBV_MTU_4096;
-	if (mtu >= 2048)
-		return IBV_MTU_2048;
-	if (mtu >= 1024)
-		return IBV_MTU_1024;
-	if (mtu >= 512)
-		return IBV_MTU_512;
-	return IBV_MTU_256;
-}
-
 static int gid_count(struct ibv_context *ctx);
 
 static int fill_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *a)
@@ -392,7 +368,7 @@ static int fill_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr
 	memset(a, 0, sizeof(*a));
 	a->state = IBV_PORT_ACTIVE;
 	a->max_mtu = IBV_MTU_4096;
-	a->active_mtu = mtu_enum(info->mtu);
+	a->active_mtu = gcapi_mtu_enum(info->mtu);
 	a->gid_tbl_len = gid_count(ctx);
 	pthread_mutex_lock(&dev_lock);
 	a->lid = info->lid;

@@ -1,8 +1,10 @@
-// Command capi is built with -buildmode=c-shared into libgoiwarp-core.so.1 (loaded by the shim, capi/loader): the
-// libibverbs and librdmacm C ABI over the Go verbs, provider and rdmacm
-// packages. C code lives in the .c files of this directory (capi.h is the
-// private header); the Go files export functions that convert arguments and
-// dispatch to the Go objects, which they name by runtime/cgo handles.
+// Command capi is built with -buildmode=c-shared into libgoiwarp-core.so.1
+// (which the loader shim, capi/loader, loads): the libibverbs and librdmacm
+// C ABI over the Go verbs, provider and rdmacm packages. C code lives in the
+// .c files of this directory, two glues with one header each: the verbs glue
+// (capi.h) and the rdmacm glue (rdmacm.h, on top of the verbs glue). The Go
+// files export functions that convert arguments and dispatch to the Go
+// objects, which they name by runtime/cgo handles.
 package main
 
 /*

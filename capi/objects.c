@@ -1,5 +1,5 @@
-/* Control path of PDs, MRs, completion channels, CQs, QPs and SRQs, the
- * live-object registry, and the verbs iWARP refuses. */
+/* Control path of PDs, MRs, completion channels, CQs, QPs and SRQs, and
+ * the verbs iWARP refuses. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -10,68 +10,6 @@
 
 #define ATOMIC_ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_ACQ_REL)
 #define ATOMIC_LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
-
-/* ---- live-object registry ----------------------------------------------- */
-
-#define LIVE_BUCKETS 1024
-struct live_node {
-	void *obj;
-	struct live_node *next;
-};
-static struct live_node *live[LIVE_BUCKETS];
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static unsigned live_hash(void *p)
-{
-	uint64_t x = (uintptr_t)p;
-
-	x ^= x >> 17;
-	x *= 0x9E3779B97F4A7C15ULL;
-	return (unsigned)(x >> 54) & (LIVE_BUCKETS - 1);
-}
-
-void gcapi_live_add(void *obj)
-{
-	struct live_node *n = malloc(sizeof(*n));
-
-	if (!n)
-		return; /* events for it are then dropped: degraded, not unsafe */
-	n->obj = obj;
-	pthread_mutex_lock(&live_lock);
-	n->next = live[live_hash(obj)];
-	live[live_hash(obj)] = n;
-	pthread_mutex_unlock(&live_lock);
-}
-
-void gcapi_live_del(void *obj)
-{
-	pthread_mutex_lock(&live_lock);
-	for (struct live_node **pp = &live[live_hash(obj)]; *pp; pp = &(*pp)->next) {
-		if ((*pp)->obj == obj) {
-			struct live_node *n = *pp;
-			*pp = n->next;
-			free(n);
-			break;
-		}
-	}
-	pthread_mutex_unlock(&live_lock);
-}
-
-int gcapi_live_deliver(void *obj, uint32_t *delivered)
-{
-	int found = 0;
-
-	pthread_mutex_lock(&live_lock);
-	for (struct live_node *n = live[live_hash(obj)]; n; n = n->next) {
-		if (n->obj == obj) {
-			ATOMIC_ADD(delivered, 1);
-			found = 1;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&live_lock);
-	return found;
-}
 
 /* Waits until the application acked every event handed out for an object,
  * as rdma-core's destroy calls do; *delivered no longer moves (the object
@@ -95,29 +33,6 @@ static void sync_destroy(pthread_mutex_t *mu, pthread_cond_t *cond)
 {
 	pthread_mutex_destroy(mu);
 	pthread_cond_destroy(cond);
-}
-
-/* ---- handles ------------------------------------------------------------ */
-
-uintptr_t gcapi_pd_handle(struct ibv_pd *pd)
-{
-	return pd ? ((struct gcapi_pd *)pd)->h : 0;
-}
-uintptr_t gcapi_mr_handle(struct ibv_mr *mr)
-{
-	return mr ? ((struct gcapi_mr *)mr)->h : 0;
-}
-uintptr_t gcapi_cq_handle(struct ibv_cq *cq)
-{
-	return cq ? gcapi_cq(cq)->h : 0;
-}
-uintptr_t gcapi_qp_handle(struct ibv_qp *qp)
-{
-	return qp ? gcapi_qp(qp)->h : 0;
-}
-uintptr_t gcapi_srq_handle(struct ibv_srq *srq)
-{
-	return srq ? gcapi_srq(srq)->h : 0;
 }
 
 /* ---- PD ----------------------------------------------------------------- */
@@ -739,12 +654,8 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
 	e = goVerbsQueryQP(q->h, attr);
 	if (e)
 		return gcapi_err(e);
-	attr->path_mtu = IBV_MTU_1024;
-	{
-		struct ibv_port_attr pa;
-		if (ibv_query_port(qp->context, 1, &pa) == 0)
-			attr->path_mtu = pa.active_mtu;
-	}
+	/* what ibv_query_port reports as the port's active MTU */
+	attr->path_mtu = gcapi_mtu_enum(gcapi_ctx(qp->context)->gdev->info.mtu);
 	attr->cap.max_send_wr = q->max_send_wr;
 	attr->cap.max_recv_wr = q->max_recv_wr;
 	attr->cap.max_send_sge = q->max_send_sge;

@@ -12,7 +12,6 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-#include "capi.h"
 #include "rdmacm.h"
 #include "_cgo_export.h"
 

@@ -3,7 +3,6 @@ package main
 /*
 #include <stdlib.h>
 #include <netinet/in.h>
-#include "capi.h"
 #include "rdmacm.h"
 */
 import "C"

@@ -1,4 +1,7 @@
-/* capi private header for the librdmacm ABI (rdmacm*.c, rdmacm*.go).
+/* The rdmacm glue's header: the C objects behind the librdmacm ABI
+ * (rdmacm.c, rdmacm_ep.c, rdmacm.go). It builds on the verbs glue (capi.h,
+ * included here, as <rdma/rdma_cma.h> includes <infiniband/verbs.h>), which
+ * never calls back into it.
  *
  * C owns the structs the ABI fixes, each with the public struct first:
  *   struct rdma_event_channel *  in struct gcm_channel  (h: *rdmacm.Channel)

@@ -10,7 +10,6 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-#include "capi.h"
 #include "rdmacm.h"
 
 /* ---- endpoints ------------------------------------------------------------ */

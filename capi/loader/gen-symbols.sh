@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gen-symbols.sh CORE MAP CAPI_DIR OUT
+# gen-symbols.sh CORE MAP CAPI_DIR OUT [SRC_DIR...]
 #
 # Writes OUT, the X-macro list of every public function the Go core library
 # CORE exports, for the shim (shim.c builds its name and kind tables from it,
@@ -13,7 +13,8 @@
 #   #endif
 #
 # The kind says how the function fails in a child forked after the core was
-# loaded (shim.c: no Go runtime there), read off its definition in CAPI_DIR/*.c:
+# loaded (shim.c: no Go runtime there), read off its definition in CAPI_DIR/*.c
+# or SRC_DIR/*.c (the C linked into the core besides capi's: rsockets/):
 # PASS (string tables, enums, byte-order values: plain C, still called),
 # VOID (does nothing), PTR (NULL), NEG (-1: rdma_*, ssize_t, the two event
 # readers, the rsocket calls r*: -1 like the socket calls), ERRNO (the errno value, as most ibv_* return); errno is EPERM.
@@ -25,11 +26,14 @@
 # the version script does not allow (the Go runtime must stay local).
 set -euo pipefail
 export LC_ALL=C
-usage="usage: gen-symbols.sh CORE MAP CAPI_DIR OUT"
+usage="usage: gen-symbols.sh CORE MAP CAPI_DIR OUT [SRC_DIR...]"
 core=${1:?$usage}
 map=${2:?$usage}
 capi=${3:?$usage}
 out=${4:?$usage}
+srcs=("$capi" "${@:5}")
+cfiles=()
+for d in "${srcs[@]}"; do cfiles+=("$d"/*.c); done
 
 # global: patterns of the map -> one anchored ERE (glob * -> .*)
 re=$(perl -0777 -pe 's{/\*.*?\*/}{}gs; s{//[^\n]*}{}g; s/#[^\n]*//g' "$map" |
@@ -60,8 +64,8 @@ fi
 # "type (NAME)(", the return type on the same line).
 kind() {
   local def ret
-  def=$(grep -hE "^[A-Za-z_][^;]*[ *(]$1\)?\(" "$capi"/*.c | grep -v ';[[:space:]]*$' | head -1)
-  [[ -n $def ]] || { echo "gen-symbols.sh: no definition of $1 in $capi/*.c" >&2; return 1; }
+  def=$(grep -hE "^[A-Za-z_][^;]*[ *(]$1\)?\(" "${cfiles[@]}" | grep -v ';[[:space:]]*$' | head -1)
+  [[ -n $def ]] || { echo "gen-symbols.sh: no definition of $1 in ${srcs[*]/%//*.c}" >&2; return 1; }
   ret=${def%%"$1"*}
   ret=${ret%(}
   case $ret in

@@ -1,7 +1,7 @@
 /* rsockets: a sockets API over RDMA connections, as <rdma/rsocket.h> of
  * rdma-core v44 declares it (same names, prototypes and SOL_RDMA options).
  * goiwarp implements SOCK_STREAM rsockets and speaks librdmacm's rsocket
- * protocol on the wire (capi/rsocket.h); SOCK_DGRAM fails with EOPNOTSUPP:
+ * protocol on the wire (rsockets/rsocket.h); SOCK_DGRAM fails with EOPNOTSUPP:
  * datagram rsockets need UD QPs, which iWARP does not have. */
 #ifndef RSOCKET_H
 #define RSOCKET_H

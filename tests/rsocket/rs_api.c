@@ -14,11 +14,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rsocket.h>
 
 #include "giw_test.h"
-#include "../../capi/rsocket_wire.h"
+#include "../../rsockets/rsocket_wire.h"
 
 static int port;
 
@@ -552,6 +553,63 @@ static int case_many(void)
 	return failures != 0;
 }
 
+/* ---- fork: a child forked after its parent's rsockets were made ------------
+ * rsockets live in the core (rsockets/rsocket.c), so the child, which gets a
+ * fresh copy of the core at its first call (capi/loader/shim.c), starts from
+ * an empty rsocket table: its parent's rsockets are none there (EBADF), and
+ * its own new rsockets work -- here one connects to its parent's listener
+ * while the parent keeps using a connection it made before the fork. */
+
+static void *accept_one(void *arg)
+{
+	int *fds = arg;
+
+	fds[1] = raccept(fds[0], NULL, NULL);
+	return NULL;
+}
+
+static int case_fork(void)
+{
+	int fds[2] = { listener(0, 0), -1 }, c, n, status = -1;
+	pthread_t t;
+	pid_t pid;
+	char b[8];
+
+	REQUIRE(pthread_create(&t, NULL, accept_one, fds) == 0);
+	c = connect_to(0);
+	pthread_join(t, NULL);
+	REQUIRE(fds[1] >= 0);
+	send_all(c, (const uint8_t *)"x", 1);
+	CHECK(rrecv(fds[1], b, 1, MSG_WAITALL) == 1 && b[0] == 'x');
+
+	pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		int fd;
+
+		errno = 0;
+		CHECK(rsend(c, "y", 1, 0) == -1 && errno == EBADF);
+		CHECK(rclose(fds[0]) == -1 && errno == EBADF);
+		fd = connect_to(0);
+		send_all(fd, (const uint8_t *)"child", 5);
+		CHECK(rrecv(fd, b, 2, MSG_WAITALL) == 2 && memcmp(b, "ok", 2) == 0);
+		CHECK(rclose(fd) == 0);
+		_exit(failures != 0);
+	}
+	n = raccept(fds[0], NULL, NULL);
+	REQUIRE(n >= 0);
+	CHECK(rrecv(n, b, 5, MSG_WAITALL) == 5 && memcmp(b, "child", 5) == 0);
+	send_all(n, (const uint8_t *)"ok", 2);
+	send_all(c, (const uint8_t *)"z", 1); /* the parent's own connection still works */
+	CHECK(rrecv(fds[1], b, 1, MSG_WAITALL) == 1 && b[0] == 'z');
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK(rclose(n) == 0);
+	CHECK(rclose(c) == 0);
+	CHECK(rclose(fds[1]) == 0);
+	CHECK(rclose(fds[0]) == 0);
+	return failures != 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -560,7 +618,7 @@ int main(int argc, char **argv)
 	} cases[] = {
 		{ "stream", case_stream },   { "nonblock", case_nonblock }, { "refused", case_refused },
 		{ "misc", case_misc },       { "iomap", case_iomap },       { "many", case_many },
-		{ "greet", case_greet },     { "hostile", case_hostile },
+		{ "greet", case_greet },     { "hostile", case_hostile },   { "fork", case_fork },
 	};
 
 	if (argc < 2) {

@@ -1,4 +1,4 @@
-/* Unit tests of capi/rsocket_wire.h: the rsocket connection data, messages
+/* Unit tests of rsockets/rsocket_wire.h: the rsocket connection data, messages
  * and SGL/iomap entries, against byte strings written out by hand from
  * rdma-core's docs/rsocket (field by field, network order where the protocol
  * says so). Table-driven; also every truncated prefix of a valid connection
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "giw_test.h"
-#include "../../capi/rsocket_wire.h"
+#include "../../rsockets/rsocket_wire.h"
 
 static const uint8_t conn_bytes[GRS_CONN_LEN] = {
 	0x01,                                           /* version */

@@ -1,6 +1,6 @@
 # Shared by the symbol tests and build/symbols.sh (sourced, not run).
 # The public API: what build/libgoiwarp.map exports.
-# The rsocket calls of <rdma/rsocket.h> (capi/rsocket*.c), by name.
+# The rsocket calls of <rdma/rsocket.h> (rsockets/), by name.
 GIW_RSOCKET_RE='^(rsocket|rbind|rlisten|raccept|rconnect|rshutdown|rclose|rrecv|rrecvfrom|rrecvmsg|rsend|rsendto|rsendmsg|rread|rreadv|rwrite|rwritev|rpoll|rselect|rgetpeername|rgetsockname|rsetsockopt|rgetsockopt|rfcntl|riomap|riounmap|riowrite)$'
 GIW_API_RE="^(ibv_|rdma_|giw_|_ibv_|__ibv_)|_to_ibv_rate\$|$GIW_RSOCKET_RE"
 # libc's signal-installing calls, defined by the shim alone (capi/loader/signals.c).

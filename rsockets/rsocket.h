@@ -1,18 +1,17 @@
-/* capi private header: goiwarp's rsockets (<rdma/rsocket.h>).
+/* rsockets' private header: goiwarp's rsockets (<rdma/rsocket.h>), a
+ * library on top of the public API (rsocket.c says where it is linked).
  *
- * Why C, here: an rsocket is a small state machine driven entirely through
- * verbs calls (post, poll, req_notify, get_cq_event) that are already C in
- * capi, inline over our rings. Written in Go, every rsend/rrecv would cross
- * into Go and back out to post and poll -- two crossings per call for no
- * logic Go does better. Written in C over our own exported rdma_ and ibv_ calls
- * (the core is linked -Bsymbolic, so these calls stay inside goiwarp), it
- * adds no cgo export and no Go state; the Go CM and engine see an ordinary
- * RC connection. librdmacm's own rsockets cannot run on goiwarp's ids: they
- * read librdmacm's private struct behind rdma_cm_id.
+ * Why C: an rsocket is a small state machine driven entirely through verbs
+ * calls (post, poll, req_notify, get_cq_event) that are already C in capi,
+ * inline over our rings. Written in Go, every rsend/rrecv would cross into
+ * Go and back out to post and poll -- two crossings per call for no logic
+ * Go does better. Written in C over our own exported rdma_ and ibv_ calls
+ * (linked into the core, which is linked -Bsymbolic, so these calls stay
+ * inside goiwarp), it adds no cgo export and no Go state; the Go CM and
+ * engine see an ordinary RC connection. librdmacm's own rsockets cannot run
+ * on goiwarp's ids: they read librdmacm's private struct behind rdma_cm_id.
  *
- * Files: rsocket_wire.h (wire encoding, pure), rsocket.c (the socket calls,
- * connection set-up, options), rsocket_io.c (buffers, credits, CQ, data
- * transfer, iomap), rsocket_poll.c (rpoll/rselect).
+ * Files: rsocket.c lists them; rsocket_wire.h is the wire encoding (pure).
  *
  * Only SOCK_STREAM: librdmacm's datagram rsockets ride UD QPs, which iWARP
  * does not have; rsocket(SOCK_DGRAM) fails with EOPNOTSUPP.
@@ -20,6 +19,7 @@
 #ifndef GRS_H
 #define GRS_H
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -163,34 +163,78 @@ struct grs {
 	struct grs_iomr **remote_slots; /* remote_iomap.length slots: the mapping using each */
 };
 
-/* rsocket.c */
-struct grs *grs_get(int fd);
-int grs_do_connect(struct grs *rs);
-int grs_nonblock(struct grs *rs, int flags);
-int grs_set_err(struct grs *rs, int e); /* sets errno = e, returns -1 */
-
-/* rsocket_io.c */
-int grs_create_ep(struct grs *rs);
-void grs_free_ep(struct grs *rs);
-void grs_conn_fill(struct grs *rs, struct grs_conn *c);
-void grs_conn_save(struct grs *rs, const struct grs_conn *c);
-int grs_can_send(struct grs *rs);
-int grs_have_data(struct grs *rs);
-int grs_process(struct grs *rs, int nonblock, int (*done)(struct grs *));
-int grs_wait(struct grs *rs, int nonblock, int (*done)(struct grs *));
-int grs_cq_event(struct grs *rs);
-int grs_send_ctrl(struct grs *rs, uint32_t ctrl);
-int grs_all_sent(struct grs *rs);
-int grs_cq_is_armed(struct grs *rs);
-int grs_any(struct grs *rs);
-void grs_free_iomaps(struct grs *rs);
-int grs_nudge_in(struct grs *rs);
-void grs_nudge(struct grs *rs);
-uint64_t grs_now_ms(void);
-
 static inline int grs_is_connected(const struct grs *rs) { return rs->state == GRS_CONNECTED; }
 
 /* May we transmit yet (see passive above)? */
 static inline int grs_may_speak(const struct grs *rs) { return !rs->passive || rs->peer_spoke; }
+
+/* Entry i of our target SGL, which the peer writes (RDMA Write) and we
+ * consume as we send (data.c) or set up (endpoint.c). */
+static inline struct grs_sge grs_target(struct grs *rs, uint32_t i)
+{
+	struct grs_sge s;
+
+	__atomic_thread_fence(__ATOMIC_ACQUIRE); /* the peer's RDMA Write landed before its message */
+	grs_sge_decode(rs->targets + i * GRS_SGE_LEN, &s);
+	return s;
+}
+
+static inline void grs_target_set(struct grs *rs, uint32_t i, const struct grs_sge *s)
+{
+	grs_sge_encode(rs->targets + i * GRS_SGE_LEN, s, 0);
+}
+
+/* ---- who defines what ------------------------------------------------------
+ * Each file calls only files listed below it (build/c-calls.py checks that
+ * no two call each other); the calls themselves (rsocket.c, data.c, poll.c)
+ * are public API, declared in <rdma/rsocket.h>. */
+
+/* connect.c: connection set-up and names. */
+struct grs_event {
+	enum rdma_cm_event_type type;
+	int status;
+	struct rdma_cm_id *id;
+	uint8_t initiator_depth, responder_resources;
+	uint8_t pdata[GRS_CONN_LEN];
+	size_t pdata_len;
+};
+/* Reads (and acks) the next event of the channel: 0, or -1 with errno. */
+int grs_next_event(struct rdma_event_channel *ch, struct grs_event *out);
+/* One step further towards CONNECTED: 0, or -1 with errno (EINPROGRESS
+ * while the next event is not there yet on a non-blocking rsocket). */
+int grs_do_connect(struct grs *rs);
+
+/* table.c: rsocket number -> struct grs. */
+int grs_insert(struct grs *rs);
+void grs_remove(struct grs *rs);
+struct grs *grs_get(int fd); /* NULL with errno EBADF if fd is none */
+
+/* endpoint.c: one rsocket's QP, CQ, buffers, credits and completions. */
+int grs_create_ep(struct grs *rs);
+void grs_free_ep(struct grs *rs);
+void grs_conn_fill(struct grs *rs, struct grs_conn *c);
+void grs_conn_save(struct grs *rs, const struct grs_conn *c);
+int grs_post_write_msg(struct grs *rs, struct ibv_sge *sgl, int nsge, int wflags, uint64_t raddr,
+		       uint32_t rkey, uint64_t wr_write, uint32_t msg, uint64_t wr_msg);
+void grs_fail(struct grs *rs, int e);
+void grs_update_credits(struct grs *rs);
+int grs_send_ctrl(struct grs *rs, uint32_t ctrl);
+int grs_process(struct grs *rs, int nonblock, int (*done)(struct grs *));
+int grs_wait(struct grs *rs, int nonblock, int (*done)(struct grs *));
+int grs_cq_event(struct grs *rs);
+int grs_nudge_in(struct grs *rs);
+uint64_t grs_now_ms(void);
+/* conditions for grs_process and grs_wait; cq_lock held */
+int grs_can_send(struct grs *rs);
+int grs_have_data(struct grs *rs);
+int grs_all_sent(struct grs *rs);
+int grs_cq_is_armed(struct grs *rs);
+int grs_any(struct grs *rs);
+
+/* The channel of an rsocket still connecting blocks or not. */
+static inline void grs_set_channel_block(struct grs *rs, int nonblock)
+{
+	(void)fcntl(rs->ch->fd, F_SETFL, nonblock ? O_NONBLOCK : 0);
+}
 
 #endif

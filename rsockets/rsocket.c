@@ -1,11 +1,45 @@
-/* rsockets: the socket calls, connection set-up and options.
+/* rsockets: sockets over RDMA connections (<rdma/rsocket.h>), a library on
+ * top of the public rdma_* and ibv_* API, as librdmacm's rsocket.c is: the
+ * files of this directory include only the public headers of include/ (and
+ * their own), and reach goiwarp through the calls every program makes.
+ *
+ * Where it is linked: into the Go core, libgoiwarp-core.so.1, as a static
+ * archive linked whole (CMakeLists.txt: -Wl,--whole-archive in go build's
+ * -extldflags), not into the loader shim libgoiwarp.so.1. Why:
+ *  - fork. The shim outlives a fork, a core does not: a child forked after
+ *    the first call gets a fresh copy of the core (capi/loader/shim.c). In
+ *    the core, rsockets' state -- the fd table below, each rsocket's locks,
+ *    buffers, ids and CQ -- lives and dies with the objects it names: a
+ *    child starts from an empty table, its new rsockets run on its own core,
+ *    and its parent's rsockets are no rsockets there (EBADF), as the parent's
+ *    ids are foreign there (EPERM). In the shim the parent's table would
+ *    reach the child, naming objects of a dead core, with any of its mutexes
+ *    that another thread of the parent held at the fork still locked.
+ *  - the calls stay inside the core, which is linked -Bsymbolic: no
+ *    trampoline per call, and nothing loaded beside goiwarp (a librdmacm the
+ *    program also links) can come between rsockets and goiwarp's rdma_*.
+ *  - the exports do not change: the core exports rsocket, rsend, ... by name
+ *    (build/libgoiwarp.map) and the shim forwards them as it forwards every
+ *    call of the core (capi/loader/gen-symbols.sh, which also reads their
+ *    failure kinds from these files).
+ *
+ * This file: the socket calls and their options.
  *
  * An rsocket is numbered by the fd of its own CM event channel, as
  * librdmacm's are, so its number never collides with the application's
- * descriptors and rpoll can sleep on it. Ids are asynchronous (own channel,
- * not librdmacm's synchronous mode) so that a non-blocking rsocket can
- * connect step by step: each step reads one event, and O_NONBLOCK on the
- * channel turns "no event yet" into EINPROGRESS/EAGAIN.
+ * descriptors and rpoll can sleep on it.
+ *
+ * Files, each calling only the ones listed after it (build/c-calls.py
+ * checks that no two call each other):
+ *   rsocket.c   the socket calls: rsocket, rbind, rlisten, rconnect, raccept,
+ *               rshutdown, rclose, options, rfcntl
+ *   poll.c      rpoll, rselect
+ *   data.c      the data calls: rrecv, rsend and their variants, riomap,
+ *               riounmap, riowrite
+ *   connect.c   connection set-up, one CM event at a time; peer and local names
+ *   table.c     rsocket number -> struct grs
+ *   endpoint.c  one rsocket's QP, CQ, buffers, credits, completions, waiting
+ *   rsocket.h   the private header; rsocket_wire.h the wire encoding (pure)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -21,79 +55,6 @@
 #include <rdma/rsocket.h>
 
 #include "rsocket.h"
-
-/* ---- fd -> rsocket ------------------------------------------------------ */
-
-#define GRS_PAGE 1024
-#define GRS_PAGES 1024 /* fds below 2^20 */
-static struct grs **grs_pages[GRS_PAGES];
-static pthread_mutex_t grs_table_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static int grs_insert(struct grs *rs)
-{
-	unsigned fd = (unsigned)rs->fd, p = fd / GRS_PAGE;
-	struct grs **page;
-
-	if (rs->fd < 0 || p >= GRS_PAGES) {
-		errno = EMFILE;
-		return -1;
-	}
-	pthread_mutex_lock(&grs_table_lock);
-	page = grs_pages[p];
-	if (!page) {
-		page = calloc(GRS_PAGE, sizeof(*page));
-		if (!page) {
-			pthread_mutex_unlock(&grs_table_lock);
-			errno = ENOMEM;
-			return -1;
-		}
-		__atomic_store_n(&grs_pages[p], page, __ATOMIC_RELEASE);
-	}
-	__atomic_store_n(&page[fd % GRS_PAGE], rs, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&grs_table_lock);
-	return 0;
-}
-
-static void grs_remove(struct grs *rs)
-{
-	unsigned fd = (unsigned)rs->fd;
-	struct grs **page;
-
-	if (rs->fd < 0 || fd / GRS_PAGE >= GRS_PAGES)
-		return;
-	pthread_mutex_lock(&grs_table_lock);
-	page = grs_pages[fd / GRS_PAGE];
-	if (page && page[fd % GRS_PAGE] == rs)
-		__atomic_store_n(&page[fd % GRS_PAGE], NULL, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&grs_table_lock);
-}
-
-/* The rsocket numbered fd, or NULL with errno EBADF. */
-struct grs *grs_get(int fd)
-{
-	struct grs **page, *rs = NULL;
-
-	if (fd >= 0 && (unsigned)fd / GRS_PAGE < GRS_PAGES) {
-		page = __atomic_load_n(&grs_pages[(unsigned)fd / GRS_PAGE], __ATOMIC_ACQUIRE);
-		if (page)
-			rs = __atomic_load_n(&page[(unsigned)fd % GRS_PAGE], __ATOMIC_ACQUIRE);
-	}
-	if (!rs)
-		errno = EBADF;
-	return rs;
-}
-
-int grs_set_err(struct grs *rs, int e)
-{
-	(void)rs;
-	errno = e;
-	return -1;
-}
-
-int grs_nonblock(struct grs *rs, int flags)
-{
-	return (rs->fd_flags & O_NONBLOCK) || (flags & MSG_DONTWAIT);
-}
 
 /* ---- life cycle ------------------------------------------------------------ */
 
@@ -226,155 +187,7 @@ int rlisten(int socket, int backlog)
 	return 0;
 }
 
-/* ---- connection set-up --------------------------------------------------------- */
-
-struct grs_event {
-	enum rdma_cm_event_type type;
-	int status;
-	struct rdma_cm_id *id;
-	uint8_t initiator_depth, responder_resources;
-	uint8_t pdata[GRS_CONN_LEN];
-	size_t pdata_len;
-};
-
-/* Reads (and acks) the next event of the channel. */
-static int grs_next_event(struct rdma_event_channel *ch, struct grs_event *out)
-{
-	struct rdma_cm_event *ev;
-
-	if (rdma_get_cm_event(ch, &ev))
-		return -1;
-	out->type = ev->event;
-	out->status = ev->status;
-	out->id = ev->id;
-	out->initiator_depth = ev->param.conn.initiator_depth;
-	out->responder_resources = ev->param.conn.responder_resources;
-	out->pdata_len = 0;
-	if (ev->param.conn.private_data && ev->param.conn.private_data_len) {
-		out->pdata_len = ev->param.conn.private_data_len;
-		if (out->pdata_len > sizeof(out->pdata))
-			out->pdata_len = sizeof(out->pdata);
-		memcpy(out->pdata, ev->param.conn.private_data, out->pdata_len);
-	}
-	rdma_ack_cm_event(ev);
-	return 0;
-}
-
-static int grs_event_errno(const struct grs_event *ev)
-{
-	switch (ev->type) {
-	case RDMA_CM_EVENT_REJECTED:
-		return ECONNREFUSED;
-	case RDMA_CM_EVENT_ADDR_ERROR:
-	case RDMA_CM_EVENT_ROUTE_ERROR:
-	case RDMA_CM_EVENT_UNREACHABLE:
-		return ev->status < 0 && ev->status != -ETIMEDOUT ? -ev->status : EHOSTUNREACH;
-	case RDMA_CM_EVENT_CONNECT_ERROR:
-		return ev->status < 0 ? -ev->status : ECONNREFUSED;
-	default:
-		return ECONNRESET;
-	}
-}
-
-static void grs_set_channel_block(struct grs *rs, int nonblock)
-{
-	(void)fcntl(rs->ch->fd, F_SETFL, nonblock ? O_NONBLOCK : 0);
-}
-
-/* One step further towards CONNECTED; -1 with EINPROGRESS while the next
- * event is not there yet on a non-blocking rsocket. */
-int grs_do_connect(struct grs *rs)
-{
-	struct rdma_conn_param param;
-	struct grs_conn c;
-	struct grs_event ev;
-	uint8_t pd[GRS_CONN_LEN];
-
-	if (rs->state == GRS_IDLE || rs->state == GRS_BOUND) {
-		if (rdma_resolve_addr(rs->id, NULL, (struct sockaddr *)&rs->id->route.addr.dst_storage,
-				      GRS_RESOLVE_MS))
-			goto fail;
-		rs->state = GRS_OPENING;
-		rs->phase = GRS_RESOLVE_ADDR;
-	}
-	if (rs->state != GRS_OPENING) {
-		errno = rs->state == GRS_CONNECTED ? EISCONN : EINVAL;
-		return -1;
-	}
-	for (;;) {
-		if (rs->phase == GRS_ACCEPTING && !(rs->fd_flags & O_NONBLOCK))
-			grs_set_channel_block(rs, 0);
-		if (grs_next_event(rs->ch, &ev)) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				errno = EINPROGRESS;
-				return -1;
-			}
-			if (errno == EINTR)
-				return -1;
-			goto fail;
-		}
-		switch (rs->phase) {
-		case GRS_RESOLVE_ADDR:
-			if (ev.type != RDMA_CM_EVENT_ADDR_RESOLVED)
-				goto fail_ev;
-			if (rdma_resolve_route(rs->id, GRS_RESOLVE_MS))
-				goto fail;
-			rs->phase = GRS_RESOLVE_ROUTE;
-			break;
-		case GRS_RESOLVE_ROUTE:
-			if (ev.type != RDMA_CM_EVENT_ROUTE_RESOLVED)
-				goto fail_ev;
-			if (grs_create_ep(rs))
-				goto fail;
-			grs_conn_fill(rs, &c);
-			grs_conn_encode(pd, &c);
-			memset(&param, 0, sizeof(param));
-			param.private_data = pd;
-			param.private_data_len = sizeof(pd);
-			param.flow_control = 1;
-			param.retry_count = 7;
-			param.rnr_retry_count = 7;
-			/* as librdmacm on iWARP: the peer may use a zero-length RDMA
-			 * Read as its ready-to-receive, which needs an ORD of 1 here */
-			param.initiator_depth = 1;
-			if (rdma_connect(rs->id, &param))
-				goto fail;
-			rs->phase = GRS_CONNECTING;
-			break;
-		case GRS_CONNECTING:
-			if (ev.type != RDMA_CM_EVENT_ESTABLISHED)
-				goto fail_ev;
-			if (grs_conn_decode(ev.pdata, ev.pdata_len, &c)) {
-				errno = EPROTO;
-				goto fail;
-			}
-			pthread_mutex_lock(&rs->cq_lock);
-			grs_conn_save(rs, &c);
-			rs->readable = rs->writable = 1;
-			rs->connected_ms = grs_now_ms();
-			rs->state = GRS_CONNECTED;
-			pthread_mutex_unlock(&rs->cq_lock);
-			/* speak first (our credit grant), so the accepting side,
-			 * which waits for that, may send at once */
-			(void)grs_process(rs, 1, grs_any);
-			return 0;
-		case GRS_ACCEPTING:
-			if (ev.type != RDMA_CM_EVENT_ESTABLISHED)
-				goto fail_ev;
-			pthread_mutex_lock(&rs->cq_lock);
-			rs->readable = rs->writable = 1;
-			rs->state = GRS_CONNECTED;
-			pthread_mutex_unlock(&rs->cq_lock);
-			return 0;
-		}
-	}
-fail_ev:
-	errno = grs_event_errno(&ev);
-fail:
-	rs->state = GRS_CONNECT_ERROR;
-	rs->err = errno;
-	return -1;
-}
+/* ---- connecting and accepting --------------------------------------------------------- */
 
 int rconnect(int socket, const struct sockaddr *addr, socklen_t addrlen)
 {
@@ -609,49 +422,6 @@ int rclose(int socket)
 	}
 	grs_free(rs);
 	return 0;
-}
-
-/* ---- names ---------------------------------------------------------------------------- */
-
-static int grs_copy_addr(struct sockaddr *dst, socklen_t *len, const struct sockaddr *src)
-{
-	socklen_t n;
-
-	if (!dst || !len) {
-		errno = EFAULT;
-		return -1;
-	}
-	n = src->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-	memcpy(dst, src, *len < n ? *len : n);
-	*len = n;
-	return 0;
-}
-
-int rgetpeername(int socket, struct sockaddr *addr, socklen_t *addrlen)
-{
-	struct grs *rs = grs_get(socket);
-
-	if (!rs)
-		return -1;
-	if (rs->state != GRS_CONNECTED && rs->state != GRS_CLOSED && rs->state != GRS_FAILED) {
-		errno = ENOTCONN;
-		return -1;
-	}
-	return grs_copy_addr(addr, addrlen, rdma_get_peer_addr(rs->id));
-}
-
-int rgetsockname(int socket, struct sockaddr *addr, socklen_t *addrlen)
-{
-	struct grs *rs = grs_get(socket);
-	struct sockaddr_storage any;
-
-	if (!rs)
-		return -1;
-	if (rdma_get_local_addr(rs->id)->sa_family)
-		return grs_copy_addr(addr, addrlen, rdma_get_local_addr(rs->id));
-	memset(&any, 0, sizeof(any)); /* unbound: the wildcard, as getsockname says */
-	any.ss_family = (sa_family_t)rs->domain;
-	return grs_copy_addr(addr, addrlen, (struct sockaddr *)&any);
 }
 
 /* ---- options ---------------------------------------------------------------------------- */
@@ -915,3 +685,4 @@ int rfcntl(int socket, int cmd, ... /* arg */)
 		return -1;
 	}
 }
+
