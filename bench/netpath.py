@@ -9,14 +9,20 @@ and runs, rounds interleaved -- round 1 of everything, then round 2 --:
   iperf3 single stream (-l SIZE) and -P 4, the reference;
   perftest ib_write_bw / ib_send_bw / ib_read_bw -R, 64 KiB and 1 MiB, and
   ib_write_bw -q 4, under LD_PRELOAD of each --lib (default: _build);
-  ib_write_lat / ib_send_lat -R -s 2 (typical and 99 %).
-Prints min/median/max per row and each library's median against iperf3's
-(bandwidth) at every MTU. Server in namespace giwB (10.77.0.2), client in
+  ib_write_lat / ib_send_lat -R -s 2 (typical and 99 %), against
+  ucx_perftest ucp_am_lat -s 2 over UCX_TLS=tcp (the latency reference);
+  fi_pingpong 64 KiB and 1 MiB, libfabric's verbs provider on goiwarp
+  against libfabric's tcp provider (fabtests' fi_msg_bw is not packaged
+  for Debian; fi_pingpong is in libfabric-bin);
+  CPU per GiB (user + system of both processes over the bytes moved) of
+  ib_write_bw 64 KiB against iperf3 -l 64K.
+Prints min/median/max per row and each ratio of medians at every MTU. Server in namespace giwB (10.77.0.2), client in
 giwA (10.77.0.1); the namespaces are removed at the end.
 """
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,6 +57,21 @@ def in_ns(ns, argv, env=None, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
+def cpu_children():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def with_cpu(fn, secs):
+    """fn() -> MB/s (10^6); returns (MB/s, CPU s per GiB moved)."""
+    c0 = cpu_children()
+    v = fn()
+    cpu = cpu_children() - c0
+    if not v:
+        return None
+    return v, cpu / (v * 1e6 * secs / 2**30)
+
+
 def iperf3(size, streams, secs):
     srv = in_ns(NS_B, ["iperf3", "-s", "-1", "-p", "5301"])
     time.sleep(0.3)
@@ -82,6 +103,42 @@ def perftest(lib, prog, args, secs, port):
     return (float(r[4]), float(r[7]))  # t_typical, 99 %
 
 
+def ucx_lat(secs):
+    env = dict(os.environ, UCX_TLS="tcp", UCX_WARN_UNUSED_ENV_VARS="n")
+    srv = in_ns(NS_B, ["timeout", "60", "ucx_perftest", "-p", "5302"],
+                env=dict(env, UCX_NET_DEVICES="giwvb"))
+    time.sleep(0.5)
+    cli = in_ns(NS_A, ["timeout", "60", "ucx_perftest", IP_B, "-p", "5302", "-t", "ucp_am_lat",
+                       "-s", "2", "-n", "20000"], env=dict(env, UCX_NET_DEVICES="giwva"))
+    out, _ = cli.communicate()
+    srv.communicate()
+    for l in out.splitlines():
+        if l.strip().startswith("Final:"):
+            return float(l.split()[2]), None  # 50th percentile, one way
+    return None
+
+
+def pingpong(lib, prov, size, port):
+    env = dict(os.environ, GOIWARP_SHM="0")
+    if lib:
+        env["LD_PRELOAD"] = os.path.join(lib, "libgoiwarp.so.1")
+    ep = "msg"
+    args = ["fi_pingpong", "-p", prov, "-e", ep, "-S", str(size), "-I", "200" if size > 65536 else "1000"]
+    srv = in_ns(NS_B, ["timeout", "60"] + args + ["-B", str(port)], env=env)
+    time.sleep(0.5)
+    cli = in_ns(NS_A, ["timeout", "60"] + args + ["-P", str(port), IP_B], env=env)
+    out, _ = cli.communicate()
+    srv.communicate()
+    for l in out.splitlines():
+        f = l.split()
+        if len(f) >= 6 and f[0][0].isdigit() and ("k" in f[0] or "m" in f[0] or f[0].isdigit()):
+            try:
+                return float(f[5])  # MB/sec (10^6)
+            except ValueError:
+                pass
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", action="append", default=[], help="NAME=DIR holding libgoiwarp.so.1")
@@ -99,7 +156,12 @@ def main():
     for size, label in ((65536, "64K"), (1 << 20, "1M")):
         rows.append((f"iperf3 -l {label}", "bw", lambda s=size: iperf3(s, 1, o.secs)))
     rows.append(("iperf3 -P 4 -l 64K", "bw", lambda: iperf3(65536, 4, o.secs)))
+    rows.append(("iperf3 -l 64K CPU", "cpu", lambda: with_cpu(lambda: iperf3(65536, 1, o.secs), o.secs)))
+    rows.append(("ucx ucp_am_lat 2", "lat", lambda: ucx_lat(o.secs)))
     port = [28000]
+    for size, label in ((65536, "64K"), (1 << 20, "1M")):
+        rows.append((f"fi_pingpong tcp {label}", "bw",
+                     lambda s=size: (port.__setitem__(0, port[0] + 2), pingpong(None, "tcp", s, port[0]))[1]))
 
     def pt(lib, prog, args):
         port[0] += 1
@@ -111,6 +173,11 @@ def main():
                 rows.append((f"{name} {prog} {label}", "bw",
                              lambda d=d, p=prog, s=size: pt(d, p, ["-s", str(s)])))
         rows.append((f"{name} ib_write_bw -q 4 64K", "bw", lambda d=d: pt(d, "ib_write_bw", ["-s", "65536", "-q", "4"])))
+        rows.append((f"{name} ib_write_bw 64K CPU", "cpu",
+                     lambda d=d: with_cpu(lambda: (pt(d, "ib_write_bw", ["-s", "65536"]) or 0) * 1.048576, o.secs)))
+        for size, label in ((65536, "64K"), (1 << 20, "1M")):
+            rows.append((f"{name} fi_pingpong verbs {label}", "bw",
+                         lambda d=d, s=size: (port.__setitem__(0, port[0] + 2), pingpong(d, "verbs", s, port[0]))[1]))
         for prog in ("ib_write_lat", "ib_send_lat"):
             rows.append((f"{name} {prog} 2", "lat", lambda d=d, p=prog: pt(d, p, ["-s", "2", "-n", "20000"])))
     rows = [r for r in rows if re.search(o.only, r[0])]
@@ -144,26 +211,41 @@ def report(mtu, rows, samples):
     med = {}
     for name, kind, _ in rows:
         s = samples[name]
-        if kind == "bw":
-            vals = [v * (1.048576 if not name.startswith("iperf3") else 1) if v else None for v in s]
+        if kind == "cpu":
+            m = med3([v[1] if v else None for v in s])
+            med[name] = m[1] if m else None
+            cell = " | ".join(f"{x:.2f} s/GiB" for x in m) if m else "failed | | "
+        elif kind == "bw":
+            scale = 1.048576 if " ib_" in name else 1
+            vals = [v * scale if v else None for v in s]
             m = med3(vals)
             med[name] = m[1] if m else None
             cell = " | ".join(f"{x:,.0f}" for x in m) if m else "failed | | "
         else:
             t = med3([v[0] if v else None for v in s])
-            p = med3([v[1] if v else None for v in s])
+            p = med3([v[1] if v and v[1] is not None else None for v in s])
             med[name] = t[1] if t else None
-            cell = " | ".join(f"{a:.1f} / {b:.1f}" for a, b in zip(t, p)) if t and p else "failed | | "
+            if t and p:
+                cell = " | ".join(f"{a:.1f} / {b:.1f}" for a, b in zip(t, p))
+            else:
+                cell = " | ".join(f"{a:.1f}" for a in t) if t else "failed | | "
         print(f"| {name} | {cell} |")
     ref64, ref1m, refp4 = med.get("iperf3 -l 64K"), med.get("iperf3 -l 1M"), med.get("iperf3 -P 4 -l 64K")
     print("\n| ratio of medians | value |")
     print("|---|---|")
     for name, kind, _ in rows:
-        if kind != "bw" or name.startswith("iperf3") or not med.get(name):
+        if not med.get(name) or name.startswith(("iperf3", "ucx", "fi_pingpong tcp")):
             continue
-        ref = refp4 if "-q 4" in name else (ref1m if name.endswith("1M") else ref64)
+        if kind == "bw" and "fi_pingpong" in name:
+            ref, what = med.get("fi_pingpong tcp " + name.split()[-1]), "libfabric tcp"
+        elif kind == "bw":
+            ref, what = (refp4 if "-q 4" in name else (ref1m if name.endswith("1M") else ref64)), "iperf3"
+        elif kind == "cpu":
+            ref, what = med.get("iperf3 -l 64K CPU"), "iperf3"
+        else:
+            ref, what = med.get("ucx ucp_am_lat 2"), "UCX over TCP"
         if ref:
-            print(f"| {name} / iperf3 | {med[name] / ref:.2f} |")
+            print(f"| {name} / {what} | {med[name] / ref:.2f} |")
     sys.stdout.flush()
 
 
