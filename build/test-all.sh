@@ -44,7 +44,7 @@ step fuzz
 declare -A FUZZ_EXECS=(
   [FuzzMPARequest]=60000 [FuzzFPDUStream]=30000 [FuzzMPAReply]=8000
   [FuzzParseHeader]=200000 [FuzzFPDU]=200000 [FuzzMPAFrame]=200000
-  [FuzzTerminate]=200000 [FuzzStripMarkers]=40000 [FuzzRing]=60000
+  [FuzzTerminate]=200000 [FuzzStreamRoundTrip]=60000 [FuzzStreamParse]=200000 [FuzzRing]=60000
 )
 mult=${FUZZTIME%s}
 if [[ $mult != "$FUZZTIME" ]]; then mult=$(awk -v s="$mult" 'BEGIN { print s / 10 }'); fi
