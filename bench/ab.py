@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 """ab.py: two or more goiwarp builds side by side over a workload matrix.
 
-usage: ab.py --lib NAME=DIR --lib NAME=DIR [...] [--runs N] [--secs S]
-             [--lat-iters N] [--only REGEX] [--path tcp|shm|both] [--json FILE] [--list]
+usage: ab.py --lib NAME=DIR [--lib NAME=DIR ...] [--runs N] [--secs S]
+             [--lat-iters N] [--only REGEX] [--path tcp|shm|both] [--rpcshape PATH]
+             [--json FILE] [--list]
 
 Each DIR holds libgoiwarp.so.1 (the shim, preloaded) and libgoiwarp-core.so.1;
-e.g. --lib before=/tmp/base --lib after=_build. Every row runs once per
-library per round, rounds interleaved (round 1 of every row and library, then
-round 2, ...) and the libraries of a row back to back, in reverse order on
-even rounds, so machine noise and order hit every build alike. Unmodified
-programs over 127.0.0.1 on giw_lo, each under timeout, both sides under
-LD_PRELOAD; --path tcp sets GOIWARP_SHM=0, shm takes the default same-host
-path, both runs every row on each. Rows (issue 30's matrix, as far as real
-programs go):
+e.g. --lib before=/tmp/base --lib after=_build (one --lib alone runs the rows
+without ratios). Every row runs once per library per round, rounds
+interleaved (round 1 of every row and library, then round 2, ...) and the
+libraries of a row back to back, in reverse order on even rounds, so machine
+noise and order hit every build alike. Programs over 127.0.0.1 on giw_lo,
+each under timeout, both sides under LD_PRELOAD; --path tcp sets
+GOIWARP_SHM=0, shm takes the default same-host path, both runs every row on
+each. Rows (issue 30's matrix):
   perftest -R: ib_{write,send,read}_bw -s 4 KiB/64 KiB/1 MiB -D S,
   ib_write_bw -q 4 -s 65536, ib_{send,write,read}_lat -s 2 -n 20000
   (typical and 99 %), ib_write_bw -s 8 message rate;
@@ -21,13 +22,27 @@ programs go):
   oversubscribed: two ib_write_bw -s 65536 pairs at once (sum), two
   ib_send_lat pairs at once (the worse typical and 99 %);
   confined: ib_send_lat (a tenth of the iterations) with both processes
-  under taskset -c 0.
+  under taskset -c 0;
+  an RPC server (bench/rpcshape -m rpc): 32 B Send request, the server
+  busy-polls its CQ and computes 20 or 200 µs (a busy loop on the clock)
+  after each request before its Send reply; mean and 99 % round trip;
+  many QPs (bench/rpcshape -m qps): 8 QPs on one CQ polled by 2 threads, 64
+  QPs on 64 CQs polled by one thread, 4 KiB Sends, 16 in flight per QP; the
+  aggregate GB/s, a row flagged when one QP moved nothing;
+  fio --ioengine=rdma --verb=write|read|send, 4 KiB and 64 KiB, iodepth 1
+  and 16, time based: the client's GB/s and IOPS;
+  iperf3 -w 1M, single stream, through rdma-core's librspreload.so over
+  goiwarp's rsockets (LD_PRELOAD="libgoiwarp.so.1 librspreload.so").
+bench/rpcshape is built with the tree (linked with -lgoiwarp; the preloaded
+shim of each --lib takes the place of the one it links): --rpcshape, else the
+first --lib DIR's bench/rpcshape, else _build/bench/rpcshape.
 Prints a markdown table: min / median / max per library, the ratio of each
 library's median to the first's, and flags (a latency run whose 99 % is over
-5 x its typical; a bandwidth run at 0 or missing; failed runs). All samples
-go to --json (default bench/results/ab-<date>.json).
-Units: GB/s = 10^9 B/s; Mpps = 10^6 messages/s; latency µs as the program
-reports it (perftest and qperf one way, ib_read_lat and rping a round trip).
+5 x its typical or mean; a bandwidth run at 0 or missing; failed runs). All
+samples go to --json (default bench/results/ab-<date>.json).
+Units: GB/s = 10^9 B/s; Mpps = 10^6 messages/s; k IOPS = 10^3 I/Os per s;
+latency µs as the program reports it (perftest and qperf one way,
+ib_read_lat, rping and rpcshape a round trip).
 Ports: 29000-29999 (compare.py uses 27000s, netpath.py 28000s).
 """
 import argparse
@@ -46,12 +61,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (wait_listen: readiness by the listen table; fmt)
 
 HOST = "127.0.0.1"
+RSPRELOAD = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"  # rdma-core's socket interposer
 TAIL = 5.0  # issue 30: 99 % <= 5 x typical in every latency row
 _port = [29000 + os.getpid() % 500]
 
 
 def port():
-    _port[0] = 29000 + (_port[0] - 29000 + 1) % 1000
+    """The next port of 29000-29999 that nothing listens on (a server left
+    over from elsewhere would take our client)."""
+    for _ in range(1000):
+        _port[0] = 29000 + (_port[0] - 29000 + 1) % 1000
+        if not compare.listening(_port[0]):
+            break
     return _port[0]
 
 
@@ -68,11 +89,13 @@ class Setup:
             self.env.pop("GOIWARP_SHM", None)  # the default: same-host path
         self.timeout = timeout
 
-    def cmd(self, argv, cpus=None):
+    def cmd(self, argv, cpus=None, preload=()):
         # LD_PRELOAD through env(1), after timeout and taskset, so that only
-        # the measured program loads goiwarp.
+        # the measured program loads goiwarp; preload: libraries after ours
+        # (librspreload.so).
         pin = ["taskset", "-c", cpus] if cpus else []
-        return ["timeout", "-k", "5", str(self.timeout)] + pin + ["env", "LD_PRELOAD=" + self.so] + argv
+        return ["timeout", "-k", "5", str(self.timeout)] + pin + \
+            ["env", "LD_PRELOAD=" + " ".join([self.so] + list(preload))] + argv
 
 
 def kill(p):
@@ -84,11 +107,13 @@ def kill(p):
         p.wait()
 
 
-def run_pairs(setup, pairs, persistent=False, cpus=None):
+def run_pairs(setup, pairs, persistent=False, cpus=None, preload=(), grace=10):
     """Runs (server argv, client argv, port) pairs at once: all servers, then
     all clients once every server listens. Returns each client's (stdout,
     wall-clock seconds). persistent: servers that never exit by themselves
-    (qperf), stopped after the clients."""
+    (qperf), stopped after the clients; grace: seconds a server is given to
+    exit after its client before it is killed; preload: libraries to preload
+    after goiwarp's (Setup.cmd)."""
     procs, logs = [], []
     try:
         srvs = []
@@ -96,7 +121,7 @@ def run_pairs(setup, pairs, persistent=False, cpus=None):
             logs.append(tempfile.TemporaryFile("w+"))
             # A session of its own, as a second terminal would start it (as
             # compare.py); output to a file, which no quiet reader can fill up.
-            s = subprocess.Popen(setup.cmd(srv, cpus), env=setup.env, stdin=subprocess.DEVNULL,
+            s = subprocess.Popen(setup.cmd(srv, cpus, preload), env=setup.env, stdin=subprocess.DEVNULL,
                                  stdout=logs[-1], stderr=subprocess.STDOUT,
                                  start_new_session=True)
             procs.append(s)
@@ -106,7 +131,7 @@ def run_pairs(setup, pairs, persistent=False, cpus=None):
                 raise RuntimeError("server did not listen: %s\n%s" % (" ".join(srv), tail(logs[srvs.index(s)])))
         clis = []
         for _, cli, _ in pairs:
-            c = subprocess.Popen(setup.cmd(cli, cpus), env=setup.env, stdin=subprocess.DEVNULL,
+            c = subprocess.Popen(setup.cmd(cli, cpus, preload), env=setup.env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             procs.append(c)
             clis.append((c, time.monotonic()))
@@ -126,7 +151,7 @@ def run_pairs(setup, pairs, persistent=False, cpus=None):
             if persistent:
                 os.killpg(s.pid, signal.SIGTERM)
             try:
-                s.wait(timeout=10)
+                s.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 pass  # killed below; the client's figures stand
         return res
@@ -200,6 +225,71 @@ def rping(setup, count, size):
     return {"typical": secs * 1e6 / count, "p99": None}
 
 
+def rpcshape(setup, exe, args, secs):
+    """bench/rpcshape (built with the tree, linked with -lgoiwarp; the
+    preloaded shim takes its place): the client's result line as numbers."""
+    if not os.access(exe, os.X_OK):
+        raise RuntimeError("no rpcshape at %s: build the tree (cmake --build) or give --rpcshape" % exe)
+    p = port()
+    srv = [exe, "-s", "-p", str(p), "-t", str(secs)] + args
+    (out, _), = run_pairs(setup, [(srv, [exe, "-p", str(p), "-t", str(secs)] + args + [HOST], p)])
+    m = re.search(r"^rpcshape (rpc|qps) (.*)$", out, re.M)
+    if not m:
+        raise RuntimeError("rpcshape %s: no result line:\n%s" % (" ".join(args), out[-600:]))
+    v = {k: float(x) for k, x in re.findall(r"(\w+)=([0-9.]+)", m.group(2))}
+    if m.group(1) == "rpc":
+        return {"mean": v["mean_us"], "p99": v["p99_us"], "p50": v["p50_us"], "rate": v["rate"]}
+    return {"gbps": v["gbps"], "mpps": v["mpps"], "min_qp": v["min_qp_msgs"], "max_qp": v["max_qp_msgs"]}
+
+
+def fio(setup, verb, bs, depth, secs):
+    """fio's rdma engine: the server (rw=read) listens and lends its buffers,
+    the client (rw=write) moves the data with VERB, time based. fio's bandwidth
+    and IOPS of the client. Its send-mode server never exits by itself after a
+    time-based client (after the flushed receive it waits in ibv_get_cq_event
+    again): it is killed after grace seconds. --thread: fio's job runs as a
+    thread of the process timeout started (a forked job makes a session of
+    its own, out of reach of kill())."""
+    p = port()
+    # The engine's options (--port, --verb, --hostname) only after --ioengine.
+    common = ["--thread", "--ioengine=rdma", "--port=%d" % p, "--verb=%s" % verb,
+              "--bs=%d" % bs, "--iodepth=%d" % depth]
+    srv = ["fio", "--name=server"] + common + ["--rw=read", "--size=100g"]
+    fd, out_json = tempfile.mkstemp(prefix="ab-fio-", suffix=".json")
+    os.close(fd)
+    try:
+        cli = ["fio", "--name=client"] + common + ["--hostname=" + HOST, "--rw=write", "--size=1g", "--time_based",
+                                                   "--runtime=%d" % secs, "--output-format=json",
+                                                   "--output=" + out_json]
+        (out, _), = run_pairs(setup, [(srv, cli, p)], grace=2)
+        try:
+            with open(out_json) as f:
+                job = json.load(f)["jobs"][0]
+        except (OSError, ValueError, KeyError, IndexError) as e:
+            raise RuntimeError("fio %s: no JSON result (%s):\n%s" % (verb, e, out[-600:]))
+    finally:
+        os.unlink(out_json)
+    if job.get("error"):
+        raise RuntimeError("fio %s: error %s:\n%s" % (verb, job["error"], out[-600:]))
+    w = job["write"]  # the client's direction, whatever the verb
+    return {"gbps": w["bw_bytes"] / 1e9, "kiops": w["iops"] / 1e3}
+
+
+def iperf3_rsockets(setup, secs, window="1M"):
+    """iperf3, single stream, through rdma-core's librspreload.so over
+    goiwarp's rsockets (docs/rsockets.md): bandwidth the receiver saw."""
+    if not os.path.exists(RSPRELOAD):
+        raise RuntimeError("no %s (package librdmacm1)" % RSPRELOAD)
+    p = port()
+    cli = ["iperf3", "-c", HOST, "-p", str(p), "-t", str(secs), "-w", window, "-J"]
+    (out, _), = run_pairs(setup, [(["iperf3", "-s", "-1", "-p", str(p)], cli, p)], preload=[RSPRELOAD])
+    try:
+        j = json.loads(out[out.index("{"):out.rindex("}") + 1])
+        return {"gbps": j["end"]["sum_received"]["bits_per_second"] / 8e9}
+    except (ValueError, KeyError) as e:
+        raise RuntimeError("iperf3: no result (%s):\n%s" % (e, out[-600:]))
+
+
 def one(results):
     return results[0]
 
@@ -239,10 +329,33 @@ def rows(a):
     confined = ["-s", "2", "-n", str(max(a.lat_iters // 10, 100))]
     R.append(("ib_send_lat -s 2, taskset -c 0", "lat",
               lambda s: one(perftest(s, "ib_send_lat", confined, cpus="0"))))
+    # An RPC server: it computes between its polls (bench/rpcshape -m rpc).
+    for us in (20, 200):
+        R.append(("rpcshape rpc, compute %d us (round trip)" % us, "rtt",
+                  lambda s, us=us: rpcshape(s, a.rpcshape, ["-m", "rpc", "-u", str(us)], a.secs)))
+    # Many QPs on shared or separate CQs (bench/rpcshape -m qps), 4 KiB Sends.
+    for q, c, t in ((8, 1, 2), (64, 64, 1)):
+        R.append(("rpcshape qps, %d QPs on %d CQ%s, %d poll thread%s, 4 KiB send" % (
+            q, c, "s" if c > 1 else "", t, "s" if t > 1 else ""), "bw",
+            lambda s, q=q, c=c, t=t: rpcshape(s, a.rpcshape, ["-m", "qps", "-q", str(q), "-c", str(c),
+                                                               "-T", str(t), "-S", "4096"], a.secs)))
+    for verb in ("write", "read", "send"):
+        for bs in (4096, 65536):
+            for depth in (1, 16):
+                R.append(("fio rdma %s %d KiB iodepth %d" % (verb, bs // 1024, depth), "io",
+                          lambda s, verb=verb, bs=bs, depth=depth: fio(s, verb, bs, depth, a.secs)))
+    R.append(("iperf3 over rsockets (librspreload), -w 1M", "bw", lambda s: iperf3_rsockets(s, a.secs)))
     return R
 
 
-UNITS = {"bw": ("gbps", "GB/s ↑"), "rate": ("mpps", "Mpps ↑"), "lat": ("typical", "µs ↓")}
+# The table's lines per kind of row: (label suffix, sample key, unit); the
+# first line carries a row's failures, a line whose key no sample has is left
+# out (qperf and rping have no 99 %).
+LINES = {"bw": [("", "gbps", "GB/s ↑")],
+         "rate": [("", "mpps", "Mpps ↑")],
+         "lat": [(" typical", "typical", "µs ↓"), (" 99 %", "p99", "µs ↓")],
+         "rtt": [(" mean", "mean", "µs ↓"), (" 99 %", "p99", "µs ↓")],
+         "io": [("", "gbps", "GB/s ↑"), (" IOPS", "kiops", "k IOPS ↑")]}
 
 
 def run_all(matrix, libs, paths, a):
@@ -280,15 +393,19 @@ def cell(st):
 def flags(kind, key, runs, lib):
     """What a row's runs of one library must not show."""
     n, f = len(runs), []
+    first = LINES[kind][0][1]
     bad = sum(1 for r in runs if r is None)
-    if kind in ("bw", "rate"):
-        bad += sum(1 for r in runs if r is not None and (not r[key] or 0 in r.get("parts", ())))
+    if key != first:  # failures are flagged on a row's first line
+        if key == "p99":
+            tail = sum(1 for r in runs if r and r["p99"] is not None and r["p99"] > TAIL * r[first])
+            if tail:
+                f.append("%s: 99 %% > %g x %s in %d/%d runs" % (lib, TAIL, LINES[kind][0][0].strip(), tail, n))
+    elif kind in ("bw", "rate", "io"):
+        # A run at 0, one of two pairs at 0, a QP that moved nothing (rpcshape -m qps).
+        bad += sum(1 for r in runs if r is not None and
+                   (not r[key] or 0 in r.get("parts", ()) or r.get("min_qp") == 0))
         if bad:
             f.append("%s: %d/%d runs at 0 or missing" % (lib, bad, n))
-    elif key == "p99":  # failures are flagged on the typical line
-        tail = sum(1 for r in runs if r and r["p99"] is not None and r["p99"] > TAIL * r["typical"])
-        if tail:
-            f.append("%s: 99 %% > %g x typical in %d/%d runs" % (lib, TAIL, tail, n))
     elif bad:
         f.append("%s: %d/%d runs failed" % (lib, bad, n))
     return f
@@ -303,11 +420,12 @@ def table(matrix, libs, paths, samples):
     for name, kind, _ in matrix:
         for path in paths:
             s = samples[(name, path)]
-            key, unit = UNITS[kind]
-            lines = [(name, key)]
-            if kind == "lat" and any(r and r.get("p99") is not None for l in names for r in s[l]):
-                lines = [(name + " typical", "typical"), (name + " 99 %", "p99")]
-            for label, k in lines:
+            lines = [ln for i, ln in enumerate(LINES[kind])
+                     if i == 0 or any(r and r.get(ln[1]) is not None for l in names for r in s[l])]
+            if len(lines) == 1:
+                lines = [("", lines[0][1], lines[0][2])]  # a lone line is the row itself
+            for suffix, k, unit in lines:
+                label = name + suffix
                 st = {l: stats([r[k] if r else None for r in s[l]]) for l in names}
                 med0 = st[names[0]][1] if st[names[0]] else None
                 ratios = [compare.fmt(st[l][1] / med0) if st[l] and med0 else "-" for l in names[1:]]
@@ -325,11 +443,14 @@ def main():
     ap.add_argument("--lib", action="append", default=[], metavar="NAME=DIR",
                     help="a library directory (libgoiwarp.so.1, libgoiwarp-core.so.1); the first is the base")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--secs", type=int, default=3, help="duration of bandwidth, rate and qperf runs")
+    ap.add_argument("--secs", type=int, default=3,
+                    help="duration of bandwidth, rate, qperf, rpcshape, fio and iperf3 runs")
     ap.add_argument("--lat-iters", type=int, default=20000, help="iterations of perftest latency runs")
     ap.add_argument("--only", default="", help="regex: rows to run")
     ap.add_argument("--path", choices=("tcp", "shm", "both"), default="tcp")
     ap.add_argument("--timeout", type=int, default=0, help="per program, s (default 60 + 2 x --secs)")
+    ap.add_argument("--rpcshape", help="bench/rpcshape program (default: the first --lib DIR's bench/rpcshape "
+                    "that exists, else _build/bench/rpcshape)")
     ap.add_argument("--json")
     ap.add_argument("--list", action="store_true")
     a = ap.parse_args()
@@ -348,10 +469,15 @@ def main():
             if not os.path.exists(os.path.join(d, f)):
                 ap.error("--lib %s: no %s in %s" % (name, f, d))
         libs.append((name, d))
-    if len(libs) < 2 or len({n for n, _ in libs}) != len(libs):
-        ap.error("give two or more --lib NAME=DIR with distinct names")
+    if not libs or len({n for n, _ in libs}) != len(libs):
+        ap.error("give --lib NAME=DIR, two or more with distinct names to compare")
     if not matrix:
         ap.error("--only %r matches no row (--list shows them)" % a.only)
+    if not a.rpcshape:
+        cands = [os.path.join(d, "bench", "rpcshape") for _, d in libs] + \
+                [os.path.join(compare.ROOT, "_build", "bench", "rpcshape")]
+        a.rpcshape = next((c for c in cands if os.access(c, os.X_OK)), cands[-1])
+    a.rpcshape = os.path.abspath(a.rpcshape)
     paths = ["tcp", "shm"] if a.path == "both" else [a.path]
 
     samples, errors = run_all(matrix, libs, paths, a)
