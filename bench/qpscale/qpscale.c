@@ -31,26 +31,13 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "../common/benchutil.h"
+
 #define DEPTH 16 /* send and receive queue depth per QP */
 
 static int nqps = 1, port = 18600;
 static double idle_s = 2;
-static const char *role = "client";
-
-#define DIE(...)                                                                 \
-	do {                                                                     \
-		fprintf(stderr, "qpscale %s: ", role);                           \
-		fprintf(stderr, __VA_ARGS__);                                    \
-		fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno));     \
-		exit(1);                                                         \
-	} while (0)
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+const char *bench_prog = "qpscale", *bench_role = "client";
 
 static long rss_kib(pid_t pid)
 {
@@ -127,7 +114,7 @@ static int server(int ready_fd, int done_fd)
 	int up = 0;
 	char c;
 
-	role = "server";
+	bench_role = "server";
 	if (!(s.ch = rdma_create_event_channel()) || rdma_create_id(s.ch, &lid, NULL, RDMA_PS_TCP) ||
 	    rdma_bind_addr(lid, (struct sockaddr *)&sa) || rdma_listen(lid, 1024))
 		DIE("listen on port %d", port);

@@ -53,6 +53,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "../common/benchutil.h"
+
 #define MAXQPS 1024
 #define CM_TIMEOUT_MS 10000
 
@@ -61,23 +63,7 @@ static int size = -1, op_write;
 static double secs = 3, compute_us = 20, watchdog_s;
 static const char *mode = "rpc", *host;
 
-#define DIE(...)                                                                         \
-	do {                                                                             \
-		int e_ = errno;                                                          \
-		fprintf(stderr, "rpcshape %s: ", is_server ? "server" : "client");       \
-		fprintf(stderr, __VA_ARGS__);                                            \
-		if (e_)                                                                  \
-			fprintf(stderr, " (errno %d %s)", e_, strerror(e_));             \
-		fputc('\n', stderr);                                                     \
-		exit(1);                                                                 \
-	} while (0)
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+const char *bench_prog = "rpcshape", *bench_role = "client";
 
 static void on_alarm(int sig)
 {
@@ -634,7 +620,7 @@ int main(int argc, char **argv)
 	int o;
 	while ((o = getopt(argc, argv, "sm:p:t:W:S:u:q:c:T:d:o:")) != -1) {
 		switch (o) {
-		case 's': is_server = 1; break;
+		case 's': is_server = 1; bench_role = "server"; break;
 		case 'm': mode = optarg; break;
 		case 'p': port = atoi(optarg); break;
 		case 't': secs = atof(optarg); break;
