@@ -418,9 +418,6 @@ type rxState struct {
 	polls      atomic.Uint64
 	watchPolls uint64
 	spinWindow time.Duration // Policy.RxSpin (rxspin.go)
-	// arrivals counts messages whose payload is placed, to the last FPDU
-	// (holdsend.go).
-	arrivals atomic.Uint64
 	// lastVisit is when a poller's last read of the socket ended (since
 	// visitEpoch); spinning, that the current poller's read began within
 	// muteVisitGap of it: the token holder's.
@@ -454,8 +451,7 @@ const mutedLowat = 32 << 10
 // machine the polling threads keep busy (ib_send_lat -R: 99 % 12-13 us
 // against 19-24 at 1 ms). A poller that only placed Writes came for
 // something else -- ib_write_lat's target, polling for its send completion,
-// reads the peer's next Write now and then, then waits on memory -- unless
-// it holds that completion for the answer (holdsend.go).
+// reads the peer's next Write now and then, then waits on memory.
 const (
 	mutedWatch        = time.Millisecond
 	mutedWatchPolling = 8 * time.Millisecond
@@ -495,8 +491,7 @@ func (e *Endpoint) startRX() {
 		if !rx.prog || rx.ended {
 			return
 		}
-		if rx.completed || e.hold.on.Load() {
-			// (A poller holding a Write's completion waits for the answer.)
+		if rx.completed {
 			rx.watch.Store(int64(mutedWatchPolling))
 		} else {
 			rx.watch.Store(int64(mutedWatch))
@@ -570,11 +565,6 @@ func (rx *rxState) pump(fd uintptr) bool {
 // reads again, so a quiet connection costs no syscall per poll -- except
 // while a Read or Atomic Response is due.
 func (e *Endpoint) Progress() bool {
-	did := e.progress()
-	return e.settleHold() || did
-}
-
-func (e *Endpoint) progress() bool {
 	did := false
 	if e.tx.blocked.Load() {
 		e.life.RLock()
@@ -722,9 +712,6 @@ func (e *Endpoint) Armed() {
 		rx.louden()
 		rx.tok.Unlock()
 	}
-	// After: a program that takes the completion and sleeps finds the
-	// socket loud already.
-	e.releaseHeld()
 }
 
 // progressShm is Progress on a same-host connection: looking at the ring
@@ -1167,9 +1154,6 @@ func (rx *rxState) seg(b []byte) {
 
 // endPayload finishes what the payload of the FPDU did, once it is placed.
 func (rx *rxState) endPayload() *wire.Error {
-	if rx.h.Last {
-		rx.arrivals.Add(1)
-	}
 	switch rx.post {
 	case postWrite:
 		rx.wspan.Release()
