@@ -380,7 +380,7 @@ type rxState struct {
 	// Atomic), which a poller waits for on the CQ.
 	completed bool
 	// watch is the muted socket's watch (armLocked), set by the poller
-	// that last made progress: see mutedWatchPolling.
+	// that last made progress: see leaseAfterCompletion.
 	watch atomic.Int64
 
 	// Receiver not ready: the current FPDU's header is parsed and it needs
@@ -418,6 +418,7 @@ type rxState struct {
 	polls      atomic.Uint64
 	watchPolls uint64
 	spinWindow time.Duration // Policy.RxSpin (rxspin.go)
+	lease      time.Duration // Policy.PollLease
 	// lastVisit is when a poller's last read of the socket ended (since
 	// visitEpoch); spinning, that the current poller's read began within
 	// muteVisitGap of it: the token holder's.
@@ -443,19 +444,18 @@ var visitEpoch = time.Now()
 // buffer cannot hold: tcp_set_rcvlowat).
 const mutedLowat = 32 << 10
 
-// mutedWatch is how often the RX goroutine checks that pollers still come
-// while the socket is muted: the longest a message waits when they stop.
-// mutedWatchPolling is the watch after a poller's read completed work: that
-// poller waits on the CQ for the next completion and comes back, and each
-// watch wakes the netpoller's thread, which takes a core from a poller on a
-// machine the polling threads keep busy (ib_send_lat -R: 99 % 12-13 us
-// against 19-24 at 1 ms). A poller that only placed Writes came for
-// something else -- ib_write_lat's target, polling for its send completion,
-// reads the peer's next Write now and then, then waits on memory.
-const (
-	mutedWatch        = time.Millisecond
-	mutedWatchPolling = 8 * time.Millisecond
-)
+// The poller's lease (Policy.PollLease, GOIWARP_POLL_LEASE) is how long the
+// RX goroutine leaves a muted socket, or a same-host ring, to the
+// application's pollers before it looks whether they still come: the
+// longest a message waits when they stop. leaseAfterCompletion is how many
+// leases a poller's read that completed work buys: that poller waits on the
+// CQ for the next completion and comes back, and each look wakes the
+// netpoller's thread, which takes a core from a poller on a machine the
+// polling threads keep busy (ib_send_lat -R: 99 % 12-13 us against 19-24 at
+// one lease of 1 ms). A poller that only placed Writes came for something
+// else -- ib_write_lat's target, polling for its send completion, reads the
+// peer's next Write now and then, then waits on memory.
+const leaseAfterCompletion = 8
 
 // pollIdleLimit is how many empty reads in a row a QP's pollers make before
 // they leave the socket to the netpoller: a millisecond or two of spinning,
@@ -482,7 +482,11 @@ func (e *Endpoint) startRX() {
 	if e.pol != nil {
 		rx.rnrTimeout, rx.spinWindow = e.pol.RNRTimeout, e.pol.RxSpin
 	}
-	rx.watch.Store(int64(mutedWatch))
+	rx.lease = DefaultPollLease
+	if e.pol != nil && e.pol.PollLease > 0 {
+		rx.lease = e.pol.PollLease
+	}
+	rx.watch.Store(int64(rx.lease))
 	rx.rd = rxReader{buf: make([]byte, rxBufSize), st: wire.NewStream(e.neg.crc, e.neg.mkRx, 0), pay: e.tx.wake, shm: e.shm}
 	rx.ctl = func(fd uintptr) {
 		rx.rd.pollerRead = true
@@ -492,9 +496,9 @@ func (e *Endpoint) startRX() {
 			return
 		}
 		if rx.completed {
-			rx.watch.Store(int64(mutedWatchPolling))
+			rx.watch.Store(int64(leaseAfterCompletion * rx.lease))
 		} else {
-			rx.watch.Store(int64(mutedWatch))
+			rx.watch.Store(int64(rx.lease))
 		}
 		if !rx.muted.Load() && !e.qp.EventsArmed() && rx.spinning {
 			// (An application armed for events is about to stop polling;
@@ -784,7 +788,7 @@ func (rx *rxState) loopShm() {
 			continue
 		case nap && l.polls.Load() != polls:
 			polls = l.polls.Load()
-			time.Sleep(time.Millisecond)
+			time.Sleep(rx.lease)
 			continue
 		default:
 			if l.in.Sleep() && !l.tcpDone.Load() {
