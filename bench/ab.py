@@ -33,6 +33,8 @@ each. Rows (issue 30's matrix):
   and 16, time based: the client's GB/s and IOPS;
   iperf3 -w 1M, single stream, through rdma-core's librspreload.so over
   goiwarp's rsockets (LD_PRELOAD="libgoiwarp.so.1 librspreload.so").
+--load N runs N busy-looping processes beside every row (background load:
+the latency tail an application sees on a busy host).
 bench/rpcshape is built with the tree (linked with -lgoiwarp; the preloaded
 shim of each --lib takes the place of the one it links): --rpcshape, else the
 first --lib DIR's bench/rpcshape, else _build/bench/rpcshape.
@@ -451,6 +453,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=0, help="per program, s (default 60 + 2 x --secs)")
     ap.add_argument("--rpcshape", help="bench/rpcshape program (default: the first --lib DIR's bench/rpcshape "
                     "that exists, else _build/bench/rpcshape)")
+    ap.add_argument("--load", type=int, default=0, metavar="N",
+                    help="N busy-looping processes (nice 0) for the whole run: background load")
     ap.add_argument("--json")
     ap.add_argument("--list", action="store_true")
     a = ap.parse_args()
@@ -480,10 +484,17 @@ def main():
     a.rpcshape = os.path.abspath(a.rpcshape)
     paths = ["tcp", "shm"] if a.path == "both" else [a.path]
 
-    samples, errors = run_all(matrix, libs, paths, a)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.load)]
+    try:
+        samples, errors = run_all(matrix, libs, paths, a)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
     tab, summary = table(matrix, libs, paths, samples)
-    print("\ngoiwarp ab: %s, %d cores, %d runs, --secs %d; %s\n" % (
+    print("\ngoiwarp ab: %s, %d cores, %d runs, --secs %d%s; %s\n" % (
         datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), os.cpu_count(), a.runs, a.secs,
+        ", background load: %d busy processes" % a.load if a.load else "",
         ", ".join("%s = %s" % l for l in libs)))
     print(tab)
 
@@ -491,7 +502,7 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         json.dump({"date": datetime.datetime.now().isoformat(timespec="seconds"), "cores": os.cpu_count(),
-                   "runs": a.runs, "secs": a.secs, "lat_iters": a.lat_iters, "libs": dict(libs),
+                   "runs": a.runs, "secs": a.secs, "load": a.load, "lat_iters": a.lat_iters, "libs": dict(libs),
                    "samples": {"%s [%s]" % k: v for k, v in samples.items()},
                    "summary": summary, "errors": errors}, f, indent=1)
     print("\nwrote %s%s" % (out, "; %d run(s) failed (listed in the file)" % len(errors) if errors else ""))

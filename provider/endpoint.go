@@ -58,7 +58,6 @@ type Endpoint struct {
 	life sync.RWMutex
 
 	tx       txState
-	hold     sendHold // holdsend.go
 	txHand   chan struct{}
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -342,7 +341,6 @@ func (e *Endpoint) releaseTx() {
 // entries were flushed then).
 func (e *Endpoint) completeSend(idx uint32, status uint32, n uint32) {
 	e.compMu.Lock()
-	e.releaseHeldLocked() // completions retire in order
 	if !e.dead.Load() {
 		e.qp.CompleteSend(idx, status, n)
 	}
@@ -351,7 +349,6 @@ func (e *Endpoint) completeSend(idx uint32, status uint32, n uint32) {
 
 func (e *Endpoint) completeRecv(rqe *verbs.RQE, c verbs.CQE, solicited bool) {
 	e.compMu.Lock()
-	e.releaseHeldLocked() // a Write held for the answer completes before it
 	if e.dead.Load() {
 		c = verbs.CQE{Status: verbs.WCWRFlushErr, Opcode: verbs.WCOpRecv}
 	}
@@ -444,7 +441,6 @@ func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool, 
 		}
 		e.tx.wgate.Lock()
 		e.compMu.Lock()
-		e.releaseHeldLocked()
 		e.dead.Store(true)
 		changed := e.qp.SetError()
 		e.compMu.Unlock()
@@ -531,7 +527,6 @@ func (e *Endpoint) Close(graceful bool) {
 		}
 	}
 	e.compMu.Lock()
-	e.releaseHeldLocked()
 	e.dead.Store(true)
 	e.compMu.Unlock()
 	e.mu.Lock()

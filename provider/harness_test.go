@@ -120,6 +120,20 @@ func pollCQ(t testing.TB, cq *verbs.CQ, d time.Duration) verbs.CQE {
 	}
 }
 
+// pollProgress polls as an application spinning on ibv_poll_cq does: an
+// empty CQ makes progress on its QPs.
+func pollProgress(t *testing.T, cq *verbs.CQ, d time.Duration) verbs.CQE {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for cqEmpty(cq) {
+		cq.Progress()
+		if time.Now().After(deadline) {
+			t.Fatalf("no completion within %v", d)
+		}
+	}
+	return pollCQ(t, cq, 0)
+}
+
 func cqEmpty(cq *verbs.CQ) bool {
 	r := ringView{cq.Ring.Base()}
 	return atomic.LoadUint32(r.prod()) == atomic.LoadUint32(r.cons())

@@ -76,9 +76,14 @@ import (
 //	GOIWARP_RX_SPIN       how long the receive path goes on reading its
 //	                      socket (or same-host ring) without blocking after
 //	                      it found data no poller asked for, one connection
-//	                      per process at a time, backing off where that
-//	                      finds nothing (rxspin.go); a Go duration or
-//	                      seconds (default 200us). 0: never spin.
+//	                      per process at a time (rxspin.go); a Go duration
+//	                      or seconds (default 0: never spin).
+//	GOIWARP_POLL_LEASE    how long the receive goroutine leaves a connection
+//	                      to application threads that poll it before it
+//	                      looks whether they still come: the longest a
+//	                      message waits when they stop without arming a CQ
+//	                      (rx.go); a Go duration or seconds, more than 0 and
+//	                      at most 1s (default 1ms).
 type Policy struct {
 	Revision    int  // 1 or 2
 	CRC         bool // set C in what we send
@@ -115,8 +120,9 @@ type Policy struct {
 	// the opt-ins to changing the process's ptracer and affinity.
 	ShmPtracer bool
 	PinRX      bool
-	// RxSpin: see GOIWARP_RX_SPIN.
-	RxSpin time.Duration
+	// RxSpin and PollLease: see GOIWARP_RX_SPIN and GOIWARP_POLL_LEASE.
+	RxSpin    time.Duration
+	PollLease time.Duration
 }
 
 // ShmMode is GOIWARP_SHM.
@@ -146,10 +152,14 @@ const (
 	DefaultQPLinger         = time.Second
 )
 
-// DefaultRxSpin is GOIWARP_RX_SPIN's default: several round trips of a
-// latency test on loopback, so the spinner stays on while messages keep
-// coming and stops soon after they end.
-const DefaultRxSpin = 200 * time.Microsecond
+// DefaultRxSpin is GOIWARP_RX_SPIN's default: off (rxspin.go).
+const DefaultRxSpin = 0
+
+// DefaultPollLease is GOIWARP_POLL_LEASE's default: long enough that the
+// looks at a connection an application thread is polling cost nothing next
+// to the polling, short enough to be the worst wait of a message when the
+// application stops polling without arming a CQ.
+const DefaultPollLease = time.Millisecond
 
 // DefaultRNRTimeout is GOIWARP_RNR_TIMEOUT's default.
 const DefaultRNRTimeout = time.Second
@@ -184,7 +194,8 @@ func DefaultPolicy() Policy {
 	return Policy{Revision: 2, RTR: rtrWrite | rtrRead, Timeout: 10 * time.Second, MaxPrivData: 256,
 		RNRTimeout: DefaultRNRTimeout, RefusedRetry: DefaultRefusedRetry, ResponderHold: DefaultResponderHold,
 		QPPortBase: DefaultQPPortBase, QPConnectTimeout: DefaultQPConnectTimeout, QPLinger: DefaultQPLinger,
-		SHM: defaultShm, ShmRing: DefaultShmRing, ShmDirect: true, RxSpin: DefaultRxSpin}
+		SHM: defaultShm, ShmRing: DefaultShmRing, ShmDirect: true, RxSpin: DefaultRxSpin,
+		PollLease: DefaultPollLease}
 }
 
 // defaultShm is GOIWARP_SHM's default: the fast path where it is permitted
@@ -314,6 +325,14 @@ func PolicyFromEnv() Policy {
 	env("GOIWARP_SHM_PTRACER", flag(&p.ShmPtracer))
 	env("GOIWARP_PIN_RX", flag(&p.PinRX))
 	env("GOIWARP_RX_SPIN", durationInto(&p.RxSpin, true))
+	env("GOIWARP_POLL_LEASE", func(v string) bool {
+		var d time.Duration
+		if !durationInto(&d, false)(v) || d > time.Second {
+			return false
+		}
+		p.PollLease = d
+		return true
+	})
 	env("GOIWARP_SHM_RING", func(v string) bool {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < minShmRing || n > maxShmRing || n&(n-1) != 0 {

@@ -403,7 +403,7 @@ func TestMutedWatchFollowsWhatPollerFound(t *testing.T) {
 	cb, cmr := p.cli.mem(4096, 0)
 	rx := p.srv.ep.rx.Load()
 	muteByPolling(t, p, b, mr, cb, cmr)
-	require.EqualValues(t, mutedWatchPolling, rx.watch.Load(), "after a receive")
+	require.EqualValues(t, leaseAfterCompletion*DefaultPollLease, rx.watch.Load(), "after a receive")
 
 	// writeByte has the client write cb[off] over b[off].
 	writeByte := func(wrid uint64, off int) {
@@ -412,7 +412,7 @@ func TestMutedWatchFollowsWhatPollerFound(t *testing.T) {
 		p.cli.postSend(w)
 	}
 	cb[100] = 0x5a
-	for i := uint64(1); time.Duration(rx.watch.Load()) != mutedWatch; i++ {
+	for i := uint64(1); time.Duration(rx.watch.Load()) != DefaultPollLease; i++ {
 		require.Less(t, i, uint64(1000), "a poller never read a Write")
 		b[100] = 0
 		writeByte(i, 100)
@@ -427,4 +427,21 @@ func TestMutedWatchFollowsWhatPollerFound(t *testing.T) {
 	b[200], cb[200] = 0, 0x77
 	writeByte(9999, 200)
 	require.Eventually(t, func() bool { return b[200] == 0x77 }, 5*time.Second, 100*time.Microsecond)
+}
+
+func TestPollLeaseFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want time.Duration
+	}{
+		{"", DefaultPollLease},
+		{"250us", 250 * time.Microsecond},
+		{"0.002", 2 * time.Millisecond},
+		{"0", DefaultPollLease},  // refused: a lease of nothing
+		{"2s", DefaultPollLease}, // refused: over 1s
+		{"soon", DefaultPollLease},
+	} {
+		t.Setenv("GOIWARP_POLL_LEASE", tc.env)
+		require.Equal(t, tc.want, PolicyFromEnv().PollLease, "GOIWARP_POLL_LEASE=%q", tc.env)
+	}
 }

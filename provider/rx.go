@@ -380,7 +380,7 @@ type rxState struct {
 	// Atomic), which a poller waits for on the CQ.
 	completed bool
 	// watch is the muted socket's watch (armLocked), set by the poller
-	// that last made progress: see mutedWatchPolling.
+	// that last made progress: see leaseAfterCompletion.
 	watch atomic.Int64
 
 	// Receiver not ready: the current FPDU's header is parsed and it needs
@@ -418,9 +418,7 @@ type rxState struct {
 	polls      atomic.Uint64
 	watchPolls uint64
 	spinWindow time.Duration // Policy.RxSpin (rxspin.go)
-	// arrivals counts messages whose payload is placed, to the last FPDU
-	// (holdsend.go).
-	arrivals atomic.Uint64
+	lease      time.Duration // Policy.PollLease
 	// lastVisit is when a poller's last read of the socket ended (since
 	// visitEpoch); spinning, that the current poller's read began within
 	// muteVisitGap of it: the token holder's.
@@ -446,20 +444,18 @@ var visitEpoch = time.Now()
 // buffer cannot hold: tcp_set_rcvlowat).
 const mutedLowat = 32 << 10
 
-// mutedWatch is how often the RX goroutine checks that pollers still come
-// while the socket is muted: the longest a message waits when they stop.
-// mutedWatchPolling is the watch after a poller's read completed work: that
-// poller waits on the CQ for the next completion and comes back, and each
-// watch wakes the netpoller's thread, which takes a core from a poller on a
-// machine the polling threads keep busy (ib_send_lat -R: 99 % 12-13 us
-// against 19-24 at 1 ms). A poller that only placed Writes came for
-// something else -- ib_write_lat's target, polling for its send completion,
-// reads the peer's next Write now and then, then waits on memory -- unless
-// it holds that completion for the answer (holdsend.go).
-const (
-	mutedWatch        = time.Millisecond
-	mutedWatchPolling = 8 * time.Millisecond
-)
+// The poller's lease (Policy.PollLease, GOIWARP_POLL_LEASE) is how long the
+// RX goroutine leaves a muted socket, or a same-host ring, to the
+// application's pollers before it looks whether they still come: the
+// longest a message waits when they stop. leaseAfterCompletion is how many
+// leases a poller's read that completed work buys: that poller waits on the
+// CQ for the next completion and comes back, and each look wakes the
+// netpoller's thread, which takes a core from a poller on a machine the
+// polling threads keep busy (ib_send_lat -R: 99 % 12-13 us against 19-24 at
+// one lease of 1 ms). A poller that only placed Writes came for something
+// else -- ib_write_lat's target, polling for its send completion, reads the
+// peer's next Write now and then, then waits on memory.
+const leaseAfterCompletion = 8
 
 // pollIdleLimit is how many empty reads in a row a QP's pollers make before
 // they leave the socket to the netpoller: a millisecond or two of spinning,
@@ -486,7 +482,11 @@ func (e *Endpoint) startRX() {
 	if e.pol != nil {
 		rx.rnrTimeout, rx.spinWindow = e.pol.RNRTimeout, e.pol.RxSpin
 	}
-	rx.watch.Store(int64(mutedWatch))
+	rx.lease = DefaultPollLease
+	if e.pol != nil && e.pol.PollLease > 0 {
+		rx.lease = e.pol.PollLease
+	}
+	rx.watch.Store(int64(rx.lease))
 	rx.rd = rxReader{buf: make([]byte, rxBufSize), st: wire.NewStream(e.neg.crc, e.neg.mkRx, 0), pay: e.tx.wake, shm: e.shm}
 	rx.ctl = func(fd uintptr) {
 		rx.rd.pollerRead = true
@@ -495,11 +495,10 @@ func (e *Endpoint) startRX() {
 		if !rx.prog || rx.ended {
 			return
 		}
-		if rx.completed || e.hold.on.Load() {
-			// (A poller holding a Write's completion waits for the answer.)
-			rx.watch.Store(int64(mutedWatchPolling))
+		if rx.completed {
+			rx.watch.Store(int64(leaseAfterCompletion * rx.lease))
 		} else {
-			rx.watch.Store(int64(mutedWatch))
+			rx.watch.Store(int64(rx.lease))
 		}
 		if !rx.muted.Load() && !e.qp.EventsArmed() && rx.spinning {
 			// (An application armed for events is about to stop polling;
@@ -570,11 +569,6 @@ func (rx *rxState) pump(fd uintptr) bool {
 // reads again, so a quiet connection costs no syscall per poll -- except
 // while a Read or Atomic Response is due.
 func (e *Endpoint) Progress() bool {
-	did := e.progress()
-	return e.settleHold() || did
-}
-
-func (e *Endpoint) progress() bool {
 	did := false
 	if e.tx.blocked.Load() {
 		e.life.RLock()
@@ -722,9 +716,6 @@ func (e *Endpoint) Armed() {
 		rx.louden()
 		rx.tok.Unlock()
 	}
-	// After: a program that takes the completion and sleeps finds the
-	// socket loud already.
-	e.releaseHeld()
 }
 
 // progressShm is Progress on a same-host connection: looking at the ring
@@ -797,7 +788,7 @@ func (rx *rxState) loopShm() {
 			continue
 		case nap && l.polls.Load() != polls:
 			polls = l.polls.Load()
-			time.Sleep(time.Millisecond)
+			time.Sleep(rx.lease)
 			continue
 		default:
 			if l.in.Sleep() && !l.tcpDone.Load() {
@@ -1167,9 +1158,6 @@ func (rx *rxState) seg(b []byte) {
 
 // endPayload finishes what the payload of the FPDU did, once it is placed.
 func (rx *rxState) endPayload() *wire.Error {
-	if rx.h.Last {
-		rx.arrivals.Add(1)
-	}
 	switch rx.post {
 	case postWrite:
 		rx.wspan.Release()

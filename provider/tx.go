@@ -44,7 +44,6 @@ type txMsg struct {
 	kind     msgKind
 	idx      uint32 // SQ entry (kindSQ)
 	complete bool   // complete the SQ entry once on the socket
-	mayHold  bool   // a signaled Write over TCP: its completion may wait (holdsend.go)
 	irdFreed bool   // a response whose IRD slot was given back (once framed)
 	byteLen  uint32
 	next     *txMsg // sent right after this one (Immediate Data after a Write)
@@ -952,10 +951,6 @@ func (t *txState) buildSQ(sqe *verbs.SQE, idx uint32) (*txMsg, stallKind) {
 	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
 		m.h.Opcode = wire.OpWrite
 		m.h.STag = sqe.RKey
-		m.mayHold = op == verbs.WRRDMAWrite && t.e.shm == nil && (sqe.Flags&verbs.SendSignaled != 0 || t.e.qp.SigAll)
-		if m.mayHold {
-			t.e.noteWrite(idx)
-		}
 		m.baseTO = sqe.RemoteAddr
 		if err := t.payload(m, sqe); err != nil {
 			t.localError(idx, verbs.WCLocProtErr, err)
@@ -1370,7 +1365,7 @@ func (t *txState) finish(m *txMsg) {
 	m.release()
 	switch m.kind {
 	case kindSQ:
-		if m.complete && !t.e.holdSend(m) {
+		if m.complete {
 			t.e.completeSend(m.idx, verbs.WCSuccess, m.byteLen)
 		}
 		t.free = append(t.free, m) // on the socket: nothing refers to it any more
