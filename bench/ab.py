@@ -48,6 +48,7 @@ ib_read_lat, rping and rpcshape a round trip).
 Ports: 29000-29999 (compare.py uses 27000s, netpath.py 28000s).
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -382,6 +383,18 @@ def run_all(matrix, libs, paths, a):
     return samples, errors
 
 
+@contextlib.contextmanager
+def busy(n):
+    """n busy-looping processes for the length of the block: background load."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 # ---------------------------------------------------------------- the table
 def stats(v):
     v = [x for x in v if x is not None]
@@ -484,13 +497,8 @@ def main():
     a.rpcshape = os.path.abspath(a.rpcshape)
     paths = ["tcp", "shm"] if a.path == "both" else [a.path]
 
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.load)]
-    try:
+    with busy(a.load):
         samples, errors = run_all(matrix, libs, paths, a)
-    finally:
-        for p in spinners:
-            p.kill()
-            p.wait()
     tab, summary = table(matrix, libs, paths, samples)
     print("\ngoiwarp ab: %s, %d cores, %d runs, --secs %d%s; %s\n" % (
         datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), os.cpu_count(), a.runs, a.secs,

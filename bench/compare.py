@@ -194,17 +194,22 @@ def ucx(test, size, iters, tls="tcp,self", net_devices="lo"):
     raise RuntimeError("ucx_perftest: no Final line:\n" + out[-600:])
 
 
+def wakecost(exe, mode, iters):
+    """One run of bench/wakecost's receive path mode (the built program
+    exe): typical and 99 %, one way."""
+    out = subprocess.run([exe, "-runs", "1", "-iters", str(iters), "-modes", mode], capture_output=True,
+                         text=True, timeout=300)
+    m = re.search(r"^%s\s+([0-9.]+) /.*?/\s+[0-9.]+\s+([0-9.]+) /" % re.escape(mode), out.stdout, re.M)
+    if out.returncode != 0 or not m:
+        raise RuntimeError("wakecost %s: %s" % (mode, (out.stdout + out.stderr)[-600:]))
+    return {"typical": float(m.group(1)), "p99": float(m.group(2))}
+
+
 def tcp_spin(build, iters):
     """bench/wakecost c-spin: a 2-byte TCP ping-pong whose C threads read
     their non-blocking sockets in their spin loops (what UCX does, with
     nothing of UCX's own): this machine's floor, typical and 99 %, one way."""
-    exe = os.path.join(build, "bench", "wakecost")
-    out = subprocess.run([exe, "-runs", "1", "-iters", str(iters), "-modes", "c-spin"], capture_output=True,
-                         text=True, timeout=300)
-    m = re.search(r"^c-spin\s+([0-9.]+) /.*?/\s+[0-9.]+\s+([0-9.]+) /", out.stdout, re.M)
-    if out.returncode != 0 or not m:
-        raise RuntimeError("wakecost: %s" % (out.stdout + out.stderr)[-600:])
-    return {"typical": float(m.group(1)), "p99": float(m.group(2))}
+    return wakecost(os.path.join(build, "bench", "wakecost"), "c-spin", iters)
 
 
 def qpscale(build, n, idle):

@@ -32,15 +32,13 @@ import argparse
 import datetime
 import json
 import os
-import re
-import statistics
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import ab  # noqa: E402  (Setup, perftest)
-import compare  # noqa: E402  (fmt, ROOT)
+import ab  # noqa: E402  (Setup, perftest, busy, stats, cell)
+import compare  # noqa: E402  (wakecost, fmt, ROOT)
 
 # (name, reference name or None, how to run it)
 ROWS = [
@@ -56,12 +54,7 @@ ROWS = [
 def run(row, a):
     how = row[2]
     if how[0] == "wake":
-        out = subprocess.run([a.wakecost, "-runs", "1", "-iters", str(a.iters), "-modes", how[1]],
-                             capture_output=True, text=True, timeout=300)
-        m = re.search(r"^%s\s+([0-9.]+) /.*?/\s+[0-9.]+\s+([0-9.]+) /" % how[1], out.stdout, re.M)
-        if out.returncode or not m:
-            raise RuntimeError("wakecost %s: %s" % (how[1], (out.stdout + out.stderr)[-400:]))
-        return {"typical": float(m.group(1)), "p99": float(m.group(2))}
+        return compare.wakecost(a.wakecost, how[1], a.iters)
     _, prog, extra, path = how
     setup = ab.Setup(a.lib, path, 120)
     r, = ab.perftest(setup, prog, ["-s", "2", "-n", str(a.iters)] + extra)
@@ -87,8 +80,7 @@ def main():
     errors = []
     for rnd in range(a.runs):
         for n in loads:
-            spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
-            try:
+            with ab.busy(n):
                 for row in ROWS:
                     try:
                         res = run(row, a)
@@ -97,17 +89,9 @@ def main():
                         errors.append("%s, load %d: %s" % (row[0], n, e))
                     samples[(row[0], n)].append(res)
                     print("round %d/%d load %d  %s: %s" % (rnd + 1, a.runs, n, row[0], res), flush=True)
-            finally:
-                for p in spinners:
-                    p.kill()
-                    p.wait()
 
     def st(name, n, k):
-        v = [r[k] for r in samples[(name, n)] if r]
-        return (min(v), statistics.median(v), max(v)) if v else None
-
-    def cell(s):
-        return " / ".join(compare.fmt(x) for x in s) if s else "failed"
+        return ab.stats([r[k] if r else None for r in samples[(name, n)]])
 
     print("\ngoiwarp loadtail: %s, %d cores, %d runs, %d iterations; lib %s\n" % (
         datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), os.cpu_count(), a.runs, a.iters, a.lib))
@@ -118,7 +102,7 @@ def main():
         for n in loads:
             p99, rp = st(name, n, "p99"), st(ref, n, "p99") if ref else None
             ratio = compare.fmt(p99[1] / rp[1]) + " (" + ref + ")" if p99 and rp else "-"
-            print("| %s | %d | %s | %s | %s |" % (name, n, cell(st(name, n, "typical")), cell(p99), ratio))
+            print("| %s | %d | %s | %s | %s |" % (name, n, ab.cell(st(name, n, "typical")), ab.cell(p99), ratio))
     out = a.json or os.path.join(compare.HERE, "results", "loadtail-%s.json" % datetime.date.today().isoformat())
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:

@@ -479,12 +479,12 @@ const (
 
 func (e *Endpoint) startRX() {
 	rx := &rxState{e: e, msn: [5]uint32{1, 1, 1, 1, 1}, atomicMSN: 1, rnrTimeout: DefaultRNRTimeout}
+	rx.lease = DefaultPollLease
 	if e.pol != nil {
 		rx.rnrTimeout, rx.spinWindow = e.pol.RNRTimeout, e.pol.RxSpin
-	}
-	rx.lease = DefaultPollLease
-	if e.pol != nil && e.pol.PollLease > 0 {
-		rx.lease = e.pol.PollLease
+		if e.pol.PollLease > 0 { // a Policy built without DefaultPolicy
+			rx.lease = e.pol.PollLease
+		}
 	}
 	rx.watch.Store(int64(rx.lease))
 	rx.rd = rxReader{buf: make([]byte, rxBufSize), st: wire.NewStream(e.neg.crc, e.neg.mkRx, 0), pay: e.tx.wake, shm: e.shm}

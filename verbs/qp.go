@@ -573,11 +573,6 @@ func (qp *QP) UnstartSend(idx uint32) {
 	qp.sqMu.Unlock()
 }
 
-// SoleSend reports whether entry idx is the only one posted and not retired.
-func (qp *QP) SoleSend(idx uint32) bool {
-	return qp.SQ.cons() == idx && qp.SQ.prod() == idx+1
-}
-
 // SendEntry returns the send queue entry idx (still owned by the engine).
 func (qp *QP) SendEntry(idx uint32) *SQE { return (*SQE)(qp.SQ.entry(idx)) }
 
