@@ -487,6 +487,14 @@ func (l *shmLink) kick() { signalEv(l.inDataFd) }
 // kick.
 func (l *shmLink) waitData() { _, _ = l.inData.Read(l.dataBuf) }
 
+// nap waits for d or a kick, whichever comes first, without asking the peer
+// to signal its writes.
+func (l *shmLink) nap(d time.Duration) {
+	_ = l.inData.SetReadDeadline(time.Now().Add(d))
+	_, _ = l.inData.Read(l.dataBuf)
+	_ = l.inData.SetReadDeadline(time.Time{})
+}
+
 // waitRoom waits for room in the outbound ring; false when the endpoint
 // went away, or failed and the peer has not read for a second.
 func (l *shmLink) waitRoom(e *Endpoint) bool {

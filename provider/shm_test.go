@@ -271,3 +271,35 @@ func TestShmNoLeak(t *testing.T) {
 		return f <= fds && m <= maps
 	}, to, 10*time.Millisecond, "fds %d, shm mappings %d before", fds, maps)
 }
+
+// A same-host receive goroutine that naps while pollers come by stops
+// napping when the application arms a CQ of the QP, and naps no more while
+// it is armed, though the application polls once more before it sleeps (as
+// rsockets does): it sleeps on the channel from then on, and a message must
+// not wait for the lease (here far longer than the wait below) to pass.
+func TestShmArmCutsNap(t *testing.T) {
+	o := modePair(ShmOn)
+	o.srvPol.RxSpin, o.srvPol.PollLease = 0, 10*time.Second
+	p := connectPair(t, o)
+	require.NotNil(t, p.srv.ep.shm, "the pair runs over the rings")
+	b, mr := p.srv.mem(4096, 0)
+	cb, cmr := p.cli.mem(4096, 0)
+	rx := p.srv.ep.rx.Load()
+	// Pollers find a message themselves and come back: the goroutine naps.
+	// It may read a message first now and then; a poller that keeps
+	// polling reads one of them.
+	wrid := uint64(1)
+	for ; !rx.napping.Load(); wrid++ {
+		require.Less(t, wrid, uint64(1000), "pollers came by, and no nap began")
+		sendRecv(t, p, b, mr, cb, cmr, wrid, 64, true)
+		for i := 0; i < 100 && !rx.napping.Load(); i++ {
+			p.srv.rcq.Progress()
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	p.srv.rcq.Armed()
+	for range 1000 {
+		p.srv.rcq.Progress()
+	}
+	sendRecv(t, p, b, mr, cb, cmr, wrid, 64, false) // waits up to 5 s, never polls
+}

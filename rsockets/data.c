@@ -29,7 +29,9 @@ static int grs_can_send_or_end(struct grs *rs)
 
 /* The size of the next transfer of a send with left bytes to go: it starts
  * at GRS_FIRST_XFER and doubles up to GRS_MAX_XFER (*olen), so a short send
- * goes out at once and a long one in large pieces. */
+ * goes out at once and a long one in large pieces. A send that finds earlier
+ * data still in flight starts at GRS_MAX_XFER (grs_sendv): the pipe is
+ * running, and small pieces would only add messages and completions. */
 static uint32_t grs_next_xfer(uint32_t *olen, size_t left)
 {
 	uint32_t xfer = *olen;
@@ -253,6 +255,8 @@ static ssize_t grs_sendv(struct grs *rs, const struct iovec *iov, int iovcnt, in
 		ret = grs_lock_sendable(rs, flags);
 		if (ret)
 			break;
+		if (left == len && rs->sbuf_free < rs->sbuf_size)
+			olen = GRS_MAX_XFER;
 		xfer = grs_next_xfer(&olen, left);
 		t = grs_target(rs, rs->target_sge);
 		if (xfer > rs->sbuf_free)
