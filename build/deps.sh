@@ -8,7 +8,8 @@ set -euo pipefail
 # dpkg-dev: dpkg-shlibdeps and dpkg-architecture, for `cpack -G DEB` (docs/install.md).
 build_pkgs=(cmake make gcc g++ pkg-config binutils file git dpkg-dev
   libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest)
-test_pkgs=(qperf tshark iperf3 python3 python3-pyverbs procps iproute2 coreutils libfabric-bin util-linux sockperf)
+test_pkgs=(qperf tshark iperf3 python3 python3-pyverbs procps iproute2 coreutils libfabric-bin util-linux sockperf
+  openmpi-bin libopenmpi-dev)
 # interop_siw (tests/interop): what ../shared/interop/build-guest.sh needs to
 # build the siw guest (it downloads the kernel image and source itself), and
 # run-guest.sh's qemu and bc; linux-headers-amd64 is the headers of the kernel
