@@ -8,7 +8,8 @@
 # 10.78.0.1/24 and giwmb 10.78.1.1/24; the ranks use giwma's device. Jobs:
 #   2 ranks over the TCP data path (GOIWARP_SHM=0)
 #   2 ranks over the same-host path (the default)
-#   4 ranks on 2 cores over the same-host path (oversubscribed)
+#   4 ranks on 2 cores over the same-host path, and over the TCP path
+#     (oversubscribed)
 # Each job: mpirun exits 0, rank 0 prints "mpi_check: ok", and every
 # ping-pong row has a latency > 0 and a bandwidth > 0 (or 0.00 where
 # bytes / usec rounds to it). The pml and mtl are forced: if goiwarp's
@@ -64,8 +65,9 @@ job() { # name ranks shm
 job "2 ranks, TCP path" 2 0
 job "2 ranks, same-host path" 2 1
 job "4 ranks, same-host path" 4 1
+job "4 ranks, TCP path" 4 0
 if ((fail)); then
   echo "FAIL: Open MPI over goiwarp"
   exit 1
 fi
-echo "ok: Open MPI (mtl ofi, verbs;ofi_rxm) over goiwarp: 2 ranks TCP path, 2 and 4 ranks same-host path"
+echo "ok: Open MPI (mtl ofi, verbs;ofi_rxm) over goiwarp: 2 and 4 ranks over the TCP path and the same-host path"
