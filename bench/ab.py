@@ -81,10 +81,11 @@ def port():
 
 # ---------------------------------------------------------------- running pairs
 class Setup:
-    """How one library runs on one path: the command prefix and environment."""
+    """How one library runs on one path: the command prefix and environment.
+    libdir None runs the programs as they are (a kernel TCP reference)."""
 
     def __init__(self, libdir, path, timeout):
-        self.so = os.path.join(libdir, "libgoiwarp.so.1")
+        self.so = [os.path.join(libdir, "libgoiwarp.so.1")] if libdir else []
         self.env = dict(os.environ)
         if path == "tcp":
             self.env["GOIWARP_SHM"] = "0"
@@ -97,8 +98,9 @@ class Setup:
         # the measured program loads goiwarp; preload: libraries after ours
         # (librspreload.so).
         pin = ["taskset", "-c", cpus] if cpus else []
-        return ["timeout", "-k", "5", str(self.timeout)] + pin + \
-            ["env", "LD_PRELOAD=" + " ".join([self.so] + list(preload))] + argv
+        libs = self.so + list(preload)
+        env = ["env", "LD_PRELOAD=" + " ".join(libs)] if libs else []
+        return ["timeout", "-k", "5", str(self.timeout)] + pin + env + argv
 
 
 def kill(p):
@@ -278,14 +280,19 @@ def fio(setup, verb, bs, depth, secs):
     return {"gbps": w["bw_bytes"] / 1e9, "kiops": w["iops"] / 1e3}
 
 
-def iperf3_rsockets(setup, secs, window="1M"):
-    """iperf3, single stream, through rdma-core's librspreload.so over
-    goiwarp's rsockets (docs/rsockets.md): bandwidth the receiver saw."""
-    if not os.path.exists(RSPRELOAD):
+def iperf3_rsockets(setup, secs, window="1M", streams=1, preload=(RSPRELOAD,)):
+    """iperf3 through rdma-core's librspreload.so over goiwarp's rsockets
+    (docs/rsockets.md), or as it is with preload=() and a Setup(None, ...):
+    bandwidth the receiver saw. window None: iperf3's default buffers."""
+    if preload and not os.path.exists(RSPRELOAD):
         raise RuntimeError("no %s (package librdmacm1)" % RSPRELOAD)
     p = port()
-    cli = ["iperf3", "-c", HOST, "-p", str(p), "-t", str(secs), "-w", window, "-J"]
-    (out, _), = run_pairs(setup, [(["iperf3", "-s", "-1", "-p", str(p)], cli, p)], preload=[RSPRELOAD])
+    cli = ["iperf3", "-c", HOST, "-p", str(p), "-t", str(secs), "-J"]
+    if window:
+        cli += ["-w", window]
+    if streams > 1:
+        cli += ["-P", str(streams)]
+    (out, _), = run_pairs(setup, [(["iperf3", "-s", "-1", "-p", str(p)], cli, p)], preload=preload)
     try:
         j = json.loads(out[out.index("{"):out.rindex("}") + 1])
         return {"gbps": j["end"]["sum_received"]["bits_per_second"] / 8e9}

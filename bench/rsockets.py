@@ -29,34 +29,15 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import ab  # noqa: E402  (Setup, run_pairs, port, stats, cell, RSPRELOAD)
+import ab  # noqa: E402  (Setup, iperf3_rsockets, run_pairs, port, stats, cell, RSPRELOAD)
 import compare  # noqa: E402  (fmt, ROOT)
 
 HOST = "127.0.0.1"
 
 
-class KernelTCP:
-    """ab.Setup's interface for a program run as it is: nothing preloaded."""
-
-    def __init__(self, timeout):
-        self.env = dict(os.environ)
-        self.timeout = timeout
-
-    def cmd(self, argv, cpus=None, preload=()):
-        return ["timeout", "-k", "5", str(self.timeout)] + argv
-
-
 def iperf3(setup, secs, streams, preload):
-    p = ab.port()
-    cli = ["iperf3", "-c", HOST, "-p", str(p), "-t", str(secs), "-J"]
-    if streams > 1:
-        cli += ["-P", str(streams)]
-    (out, _), = ab.run_pairs(setup, [(["iperf3", "-s", "-1", "-p", str(p)], cli, p)], preload=preload)
-    try:
-        j = json.loads(out[out.index("{"):out.rindex("}") + 1])
-        return {"gbit": j["end"]["sum_received"]["bits_per_second"] / 1e9}
-    except (ValueError, KeyError) as e:
-        raise RuntimeError("iperf3: no result (%s):\n%s" % (e, out[-600:]))
+    gbps = ab.iperf3_rsockets(setup, secs, window=None, streams=streams, preload=preload)["gbps"]
+    return {"gbit": gbps * 8}
 
 
 def sockperf(setup, secs, preload):
@@ -93,7 +74,7 @@ def main():
     libs = [tuple(x.split("=", 1)) for x in a.lib] or [("goiwarp", os.path.join(compare.ROOT, "_build"))]
     paths = ["tcp", "shm"] if a.path == "both" else [a.path]
     # The columns: kernel TCP, then each library on each path.
-    cols = [("kernel TCP", KernelTCP(60), ())]
+    cols = [("kernel TCP", ab.Setup(None, "tcp", 60), ())]
     for name, d in libs:
         for path in paths:
             cols.append(("%s rsockets [%s]" % (name, path), ab.Setup(d, path, 60), (ab.RSPRELOAD,)))

@@ -750,12 +750,6 @@ func (rx *rxState) progressShm() bool {
 	return did
 }
 
-// loopShm is loop on a same-host connection: it reads the inbound ring,
-// napping while pollers come by and find the data themselves, else sleeping
-// on the ring's eventfd (a program that waits for a Write by watching its
-// memory polls a CQ now and then but never finds that data: it needs this
-// goroutine woken); the TCP stream's end (watch) ends it once the ring is
-// drained.
 // napShm leaves the ring to the pollers for a lease, unless a CQ of the QP
 // is armed: the application sleeps, or is about to, on its channel, and a
 // message arriving meanwhile would wait out the nap (sockperf over rsockets
@@ -771,6 +765,12 @@ func (rx *rxState) napShm() {
 	rx.napping.Store(false)
 }
 
+// loopShm is loop on a same-host connection: it reads the inbound ring,
+// napping while pollers come by and find the data themselves, else sleeping
+// on the ring's eventfd (a program that waits for a Write by watching its
+// memory polls a CQ now and then but never finds that data: it needs this
+// goroutine woken); the TCP stream's end (watch) ends it once the ring is
+// drained.
 func (rx *rxState) loopShm() {
 	e, l := rx.e, rx.e.shm
 	defer close(e.rxDone)
