@@ -29,10 +29,8 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import ab  # noqa: E402  (Setup, iperf3_rsockets, run_pairs, port, stats, cell, RSPRELOAD)
+import ab  # noqa: E402  (Setup, iperf3_rsockets, run_pairs, port, stats, cell, HOST, RSPRELOAD)
 import compare  # noqa: E402  (fmt, ROOT)
-
-HOST = "127.0.0.1"
 
 
 def iperf3(setup, secs, streams, preload):
@@ -42,8 +40,8 @@ def iperf3(setup, secs, streams, preload):
 
 def sockperf(setup, secs, preload):
     p = ab.port()
-    srv = ["sockperf", "sr", "--tcp", "-i", HOST, "-p", str(p)]
-    cli = ["sockperf", "pp", "--tcp", "-i", HOST, "-p", str(p), "-t", str(secs)]
+    srv = ["sockperf", "sr", "--tcp", "-i", ab.HOST, "-p", str(p)]
+    cli = ["sockperf", "pp", "--tcp", "-i", ab.HOST, "-p", str(p), "-t", str(secs)]
     (out, _), = ab.run_pairs(setup, [(srv, cli, p)], persistent=True, preload=preload)
     out = re.sub(r"\x1b\[[0-9;]*m", "", out)
     mean = re.search(r"avg-latency=([\d.]+)", out)
