@@ -4,7 +4,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/goiwarp/goiwarp/provider/wire"
@@ -15,14 +14,16 @@ import (
 // Endpoint is one iWARP connection: the LLP stream under an RTS QP. It is
 // the QP's verbs.Transport.
 //
-// Goroutines: one RX goroutine reads the socket, places data and writes
-// CQEs (a thread polling a CQ of the QP may take a turn: Progress); one TX
-// goroutine waits for writability when a transmitter found the socket full;
-// events go to the callback from a third, short-lived one so that the
-// callback may call anything (including Close). Transmission itself runs in
-// the context of whoever holds the TX token (an application thread in
-// post_send, the RX goroutine sending responses, a poller or the TX
-// goroutine resuming a full socket).
+// Threads: the process's event loop (evloop.go) reads a TCP connection's
+// socket when no poller does, places data and writes CQEs (a thread polling
+// a CQ of the QP takes a turn: Progress); a same-host connection has an RX
+// goroutine for its ring instead. One TX goroutine transmits what a burst
+// of posts handed over and resumes a transmitter that found the socket
+// full once the loop sees room; events go to the callback from a
+// short-lived goroutine so that the callback may call anything (including
+// Close). Transmission itself runs in the context of whoever holds the TX
+// token (an application thread in post_send, the receive path sending
+// responses, a poller or the TX goroutine).
 type Endpoint struct {
 	qp  *verbs.QP
 	pd  *verbs.PD
@@ -32,10 +33,13 @@ type Endpoint struct {
 
 	ctrLive atomic.Bool // counted in ctr's live connections
 
-	mu     sync.Mutex
-	c      *net.TCPConn
-	rc     syscall.RawConn
-	closed bool // the attempt or the connection was given up
+	mu sync.Mutex
+	c  *net.TCPConn
+	// rc reaches the socket's fd once the connection started: s's on TCP,
+	// c's on a same-host connection (whose socket only carries its end).
+	rc     rawControl
+	s      *sock // the TCP socket in the event loop (evloop.go); nil on a same-host connection
+	closed bool  // the attempt or the connection was given up
 	local  *net.TCPAddr
 	remote *net.TCPAddr
 
@@ -176,9 +180,14 @@ func (e *Endpoint) finishFailed() {
 	}
 }
 
+// rawControl runs a function with a socket's fd held open.
+type rawControl interface {
+	Control(func(fd uintptr)) error
+}
+
 // mulpduFor is the largest ULPDU we send on rc, for the connection's MSS
 // now (mulpduForMSS).
-func mulpduFor(rc syscall.RawConn, markers bool) int {
+func mulpduFor(rc rawControl, markers bool) int {
 	mss := 1460
 	_ = rc.Control(func(fd uintptr) {
 		if v, err := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG); err == nil && v > 0 {
@@ -215,18 +224,32 @@ func (e *Endpoint) start(neg negotiated) error {
 	e.neg = neg
 	c := e.c
 	_ = c.SetNoDelay(true)
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
+	var rc rawControl
+	var s *sock
+	if e.shm == nil {
+		var err error
+		if s, err = newSock(c); err != nil {
+			return err
+		}
+		rc = s
+	} else {
+		r, err := c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		rc = r
 	}
 	// Under mu, as Close looks: a hard Close that came first has returned
 	// without waiting for goroutines this would start.
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
+		if s != nil {
+			s.close()
+		}
 		return net.ErrClosed
 	}
-	e.rc = rc
+	e.rc, e.s = rc, s
 	e.mu.Unlock()
 	e.mulpdu = mulpduFor(rc, neg.mkTx)
 	e.tx.init(e)
@@ -288,7 +311,11 @@ func (e *Endpoint) sendRTR() error {
 		l.out.Write(frame) // the ring is empty: it fits
 		l.wroteOut()
 	} else {
-		err = writeFrame(e.c, frame)
+		var d time.Duration
+		if e.pol != nil {
+			d = e.pol.Timeout
+		}
+		err = e.writeFrame(frame, d)
 	}
 	if err == nil {
 		e.ctr.AddTx(1, uint64(len(frame)))
@@ -297,6 +324,47 @@ func (e *Endpoint) sendRTR() error {
 }
 
 func (e *Endpoint) stopTxLoop() { e.quitOnce.Do(func() { close(e.quit) }) }
+
+// writeFrame writes a frame of the connection's set-up (RTR, the MPA
+// reply) once the connection started, waiting at most d for room.
+func (e *Endpoint) writeFrame(frame []byte, d time.Duration) error {
+	if d <= 0 {
+		d = DefaultPolicy().Timeout
+	}
+	if e.s != nil {
+		return e.s.writeAll(frame, time.Now().Add(d))
+	}
+	_ = e.c.SetWriteDeadline(time.Now().Add(d))
+	defer func() { _ = e.c.SetWriteDeadline(time.Time{}) }()
+	return writeFrame(e.c, frame)
+}
+
+// closeSock closes the socket start took from the netpoller when the
+// connection does not start after all: nothing serves it.
+func (e *Endpoint) closeSock() {
+	if e.s != nil {
+		e.s.close()
+	}
+}
+
+// closeWrite ends our direction of the stream (FIN).
+func (e *Endpoint) closeWrite() {
+	if e.s != nil {
+		e.s.shutdown(unix.SHUT_WR)
+	} else if c := e.c; c != nil {
+		_ = c.CloseWrite()
+	}
+}
+
+// abort ends the stream in both directions, which wakes whatever waits on
+// it (what closing c does to the netpoller's waiters).
+func abort(c *net.TCPConn, s *sock) {
+	if s != nil {
+		s.shutdown(unix.SHUT_RDWR)
+	} else if c != nil {
+		c.Close()
+	}
+}
 
 // established is the responder's moment: the initiator's first FPDU arrived.
 func (e *Endpoint) established() {
@@ -416,11 +484,13 @@ func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool, 
 		}
 		e.mu.Lock()
 		e.closed = true
-		c := e.c
+		c, s := e.c, e.s
 		started := e.rc != nil // e.shm is settled
 		e.mu.Unlock()
-		if c != nil {
-			// Bound everything that might still wait on the peer.
+		// Bound everything that might still wait on the peer.
+		if s != nil {
+			e.boundSock(s)
+		} else if c != nil {
 			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		}
@@ -452,6 +522,25 @@ func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool, 
 			e.tx.wake()
 		}
 		e.event(Event{Type: Disconnected, Err: err})
+	})
+}
+
+// boundSock bounds what waits on a failed connection's peer (a write and
+// a read deadline on a net.Conn): a transmitter waiting for room gives up
+// after a second; the receive path, which reads on meanwhile for the
+// peer's FIN, ends the stream after two.
+func (e *Endpoint) boundSock(s *sock) {
+	time.AfterFunc(time.Second, func() {
+		s.wexpired.Store(true)
+		select {
+		case e.txHand <- struct{}{}:
+		default:
+		}
+	})
+	time.AfterFunc(2*time.Second, func() {
+		if rx := e.rx.Load(); rx != nil {
+			rx.endStream()
+		}
 	})
 }
 
@@ -488,7 +577,7 @@ func (e *Endpoint) Disconnect() {
 		return
 	}
 	e.mu.Lock()
-	c := e.c
+	c, s := e.c, e.s
 	if c == nil || e.rc == nil {
 		// Still connecting: abandon the attempt.
 		e.closed = true
@@ -506,7 +595,7 @@ func (e *Endpoint) Disconnect() {
 			if !e.gone.Load() {
 				e.fail(nil, nil)
 			}
-			c.Close()
+			abort(c, s)
 		}))
 	})
 }
@@ -531,12 +620,10 @@ func (e *Endpoint) Close(graceful bool) {
 	e.compMu.Unlock()
 	e.mu.Lock()
 	e.closed = true
-	c := e.c
+	c, s := e.c, e.s
 	started := e.rc != nil
 	e.mu.Unlock()
-	if c != nil {
-		c.Close()
-	}
+	abort(c, s)
 	if !started {
 		return
 	}

@@ -354,6 +354,7 @@ func (e *Endpoint) runInitiator(c *net.TCPConn, p ConnParams, timeout time.Durat
 	}
 	if err := e.start(neg); err != nil {
 		c.Close()
+		e.closeSock()
 		e.event(Event{Type: ConnectError, Err: err})
 		e.finishFailed()
 		return
@@ -547,14 +548,17 @@ func (e *Endpoint) acceptInto(r *Request, p ConnParams) error {
 		}
 		f.Reject = true
 		rpd, _ := r.pol.privateData(int(f.Revision), f.Enhanced, nil, 0, 0, wire.MPAV2Params{})
-		_ = r.c.SetWriteDeadline(time.Now().Add(r.pol.Timeout))
-		_ = writeFrame(r.c, wire.AppendMPAFrame(nil, &f, rpd))
+		if e.s != nil {
+			_ = e.writeFrame(wire.AppendMPAFrame(nil, &f, rpd), r.pol.Timeout)
+			e.closeSock()
+		} else {
+			_ = r.c.SetWriteDeadline(time.Now().Add(r.pol.Timeout))
+			_ = writeFrame(r.c, wire.AppendMPAFrame(nil, &f, rpd))
+		}
 		r.c.Close()
 		return err
 	}
-	_ = r.c.SetWriteDeadline(time.Now().Add(r.pol.Timeout))
-	err = writeFrame(r.c, wire.AppendMPAFrame(nil, &f, pd))
-	_ = r.c.SetWriteDeadline(time.Time{})
+	err = e.writeFrame(wire.AppendMPAFrame(nil, &f, pd), r.pol.Timeout)
 	if err == nil && neg.rtr == 0 {
 		// Without peer-to-peer RTR the responder is established once its
 		// reply is out, as siw (applications whose server speaks first,

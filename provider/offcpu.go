@@ -14,7 +14,7 @@ import (
 // A program that answers each arrival and then waits for the next by
 // watching its memory (ib_write_lat: post a Write, spin on the buffer the
 // peer's Write fills) never calls into goiwarp while it waits, so a thread
-// the netpoller wakes places the arrival. Woken on the CPU the application
+// the event loop wakes places the arrival. Woken on the CPU the application
 // spins on, that thread preempts the spinner, which must then be scheduled
 // back to see the data: on 2 cores one way took 24-32 µs so, 4.6 µs with
 // the receive thread on the other CPU (bench/wakecost, c-read-same against
@@ -46,7 +46,7 @@ import (
 // (GOIWARP_PIN_RX=1): it is the host process's affinity, which a taskset,
 // a cpuset or an MPI binding owns.
 
-// keepOffPoster runs on the RX goroutine after a wake-up that placed data;
+// keepOffPoster runs on the event loop after a wake-up that placed data;
 // cpu and posts are the QP's (verbs.QP.Poster), arms rx.arms, completed
 // says the wake-up completed work. Only with GOIWARP_PIN_RX=1: it changes
 // the affinity of a thread of the host process.
@@ -149,7 +149,7 @@ func offCPU(procs unix.CPUSet, cpu int) (unix.CPUSet, bool) {
 	return procs, procs.Count() > 0
 }
 
-// pinPostsMax: more posts than this between two of the RX goroutine's
+// pinPostsMax: more posts than this between two of the event loop's
 // reads are a stream, not a ping-pong (which posts one message for each it
 // waits for: ib_write_lat). pinAfter: so many such reads in a row make a
 // ping-pong (ib_send_bw's sender sees a pair of the receiver's occasional

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"os"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -23,11 +22,11 @@ import (
 // about one read(2) per FPDU. Completions are written after the FPDU's CRC
 // was checked.
 //
-// Only the holder of the RX token (rxState.tok) reads the socket: the RX
-// goroutine, which waits for readability on the netpoller, or a thread
+// Only the holder of the RX token (rxState.tok) reads the socket: the event
+// loop, which waits for readability in its epoll set (evloop.go), or a thread
 // polling a CQ of the QP (Endpoint.Progress), which never waits. Whoever
 // holds the token reads until the socket is empty, so no edge of readability
-// is lost between them: the RX goroutine until EAGAIN, a poller until a read
+// is lost between them: the event loop until EAGAIN, a poller until a read
 // comes back short (see rxReader.pollerRead). All of the state below, the
 // carry-over buffer included, belongs to the token.
 
@@ -60,8 +59,8 @@ type rxReader struct {
 	// the socket that came back short took all it held then, and the next
 	// one would only say EAGAIN: a poller stops there (drained) instead of
 	// paying that syscall before its completion is seen. What arrives
-	// later is an edge of its own for the netpoller, or the pollers' next
-	// visit. The RX goroutine reads on to EAGAIN.
+	// later is an edge of its own for the event loop, or the pollers' next
+	// visit. The event loop reads on to EAGAIN.
 	pollerRead bool
 	drained    bool
 }
@@ -373,16 +372,25 @@ type rxState struct {
 	termLen    int
 	termCtrl   wire.TermControl
 
-	ctl  func(fd uintptr) // bound once: the poller's body under RawConn.Control
-	loud func(fd uintptr) // bound once: setMuted(fd, false)
-	mute func(fd uintptr) // bound once: setMuted(fd, true)
-	prog bool             // result of ctl
+	ctl     func(fd uintptr) // bound once: the poller's body under Control
+	loopCtl func(fd uintptr) // bound once: the event loop's (onReadable)
+	prog    bool             // result of ctl and loopCtl
 	// completed: the last pump completed work (a receive, a Read or an
 	// Atomic), which a poller waits for on the CQ.
 	completed bool
-	// watch is the muted socket's watch (armLocked), set by the poller
-	// that last made progress: see leaseAfterCompletion.
-	watch atomic.Int64
+	// watch is the period of the muted socket's watch (armLocked), set by
+	// the poller that last made progress: see leaseAfterCompletion;
+	// watchT runs it (onWatch), busyWatches counts its looks in a row that
+	// found a poller holding the token.
+	watch       atomic.Int64
+	watchT      *time.Timer
+	busyWatches atomic.Int32
+
+	// away: a goroutine of the connection reads it for now (waiting for a
+	// receive buffer, spinning, or closing the stream), and the event loop
+	// leaves it alone; finishing: the stream's end is being closed.
+	away      atomic.Bool
+	finishing atomic.Bool
 
 	// Receiver not ready: the current FPDU's header is parsed and it needs
 	// a receive buffer that is not posted yet. rnrSince is when the wait
@@ -390,32 +398,31 @@ type rxState struct {
 	rnrTimeout time.Duration
 	rnrSince   time.Time
 	rnrWait    bool
-	// rnrKick: a poller stopped for a receive buffer and woke the RX
-	// goroutine (read deadline) so that it waits for the buffer (and the
-	// timeout) even if nobody polls any more.
+	// rnrKick: on a same-host connection, a poller stopped for a receive
+	// buffer and woke the RX goroutine so that it waits for the buffer
+	// (and the timeout) even if nobody polls any more.
 	rnrKick atomic.Bool
 
 	// idlePolls counts pollers' visits in a row that found nothing; from
 	// pollIdleLimit on, pollers read only once in pollQuietProbe visits
 	// (a syscall per empty poll), unless a Read or Atomic Response is
-	// due, until they or the RX goroutine, woken by the netpoller, read
-	// something.
+	// due, until they or the event loop read something.
 	idlePolls atomic.Uint32
 
-	// muted: pollers are reading the socket, and its SO_RCVLOWAT is raised
-	// so that what arrives meanwhile wakes no thread. Otherwise every
-	// segment wakes the Go netpoller's thread out of epoll_wait, and on a
-	// machine whose cores the polling threads keep busy that thread takes
-	// one of them from a poller (bench/README.md: scheduler trace of
-	// ib_send_lat). A spinning poller that finds data mutes it (one whose
-	// last visit ended within muteVisitGap); pollIdleLimit
-	// empty reads in a row, or a watch period in which no poller came
-	// (the application went to sleep on a completion channel), lower the
-	// mark again, which signals what is queued. Changed under the token
-	// (setMuted); atomic for the RX goroutine's look without it (loop).
+	// muted: pollers are reading the socket, and it is out of the event
+	// loop's readable interest, so that what arrives meanwhile wakes no
+	// thread. Otherwise every segment wakes the loop's thread out of
+	// epoll_wait, and on a machine whose cores the polling threads keep
+	// busy that thread takes one of them from a poller (bench/README.md:
+	// scheduler trace of ib_send_lat). A spinning poller that finds data
+	// mutes it (one whose last visit ended within muteVisitGap);
+	// pollIdleLimit empty reads in a row, or a watch period in which no
+	// poller came (the application went to sleep on a completion
+	// channel), put it back, and epoll then reports what is queued.
+	// Changed under the token (setMuted); atomic for looks without it.
 	muted atomic.Bool
 	// polls counts pollers' visits, whether they read or found the token
-	// taken; watchPolls is its value when the RX goroutine's watch began.
+	// taken; watchPolls is its value when the watch began.
 	polls      atomic.Uint64
 	watchPolls uint64
 	spinWindow time.Duration // Policy.RxSpin (rxspin.go)
@@ -438,20 +445,13 @@ var muteVisitGap = 10 * time.Microsecond
 
 var visitEpoch = time.Now()
 
-// mutedLowat is the least SO_RCVLOWAT while muted (mutedMark): more than
-// the small messages of a latency-bound exchange, and small enough for the
-// initial receive buffer, so that the kernel neither grows the buffer nor
-// clamps the window to the mark (it does both for a mark whose window the
-// buffer cannot hold: tcp_set_rcvlowat).
-const mutedLowat = 32 << 10
-
 // The poller's lease (Policy.PollLease, GOIWARP_POLL_LEASE) is how long the
-// RX goroutine leaves a muted socket, or a same-host ring, to the
+// event loop leaves a muted socket (the RX goroutine a same-host ring) to the
 // application's pollers before it looks whether they still come: the
 // longest a message waits when they stop. leaseAfterCompletion is how many
 // leases a poller's read that completed work buys: that poller waits on the
-// CQ for the next completion and comes back, and each look wakes the
-// netpoller's thread, which takes a core from a poller on a machine the
+// CQ for the next completion and comes back, and each look wakes a
+// thread, which takes a core from a poller on a machine the
 // polling threads keep busy (ib_send_lat -R: 99 % 12-13 us against 19-24 at
 // one lease of 1 ms). A poller that only placed Writes came for something
 // else -- ib_write_lat's target, polling for its send completion, reads the
@@ -459,7 +459,7 @@ const mutedLowat = 32 << 10
 const leaseAfterCompletion = 8
 
 // pollIdleLimit is how many empty reads in a row a QP's pollers make before
-// they leave the socket to the netpoller: a millisecond or two of spinning,
+// they leave the socket to the event loop: a millisecond or two of spinning,
 // longer than a round trip on loopback and than most of the time a busy
 // sender's thread waits for a CPU, so a ping-pong or a stream keeps reading
 // on the polling thread, and a quiet connection costs no syscalls. The
@@ -471,7 +471,7 @@ const leaseAfterCompletion = 8
 //
 // pollQuietProbe: a quiet connection's pollers still read once every so
 // many visits (tens of microseconds of polling), which bounds what a
-// message waits when the RX goroutine cannot get a CPU, at a syscall per
+// message waits when the event loop cannot get a CPU, at a syscall per
 // thousands of empty polls.
 const (
 	pollIdleLimit  = 4096
@@ -504,11 +504,15 @@ func (e *Endpoint) startRX() {
 		if !rx.muted.Load() && !e.qp.EventsArmed() && rx.spinning {
 			// (An application armed for events is about to stop polling;
 			// one whose previous visit was long ago polls now and then.)
-			rx.setMuted(fd, true)
+			rx.setMuted(true)
 		}
 	}
-	rx.loud = func(fd uintptr) { rx.setMuted(fd, false) }
-	rx.mute = func(fd uintptr) { rx.setMuted(fd, true) }
+	rx.loopCtl = func(fd uintptr) { rx.prog = rx.pump(fd) }
+	if e.shm == nil {
+		// Before pollers can see rx (they may mute the socket at once).
+		rx.watchT = time.AfterFunc(time.Hour, rx.onWatch)
+		rx.watchT.Stop()
+	}
 	e.rx.Store(rx)
 	if e.shm != nil {
 		if e.pd != nil {
@@ -518,7 +522,10 @@ func (e *Endpoint) startRX() {
 		go rx.loopShm()
 		return
 	}
-	go rx.loop()
+	if err := e.s.serve(rx.onReadable, e.tx.onWritable); err != nil {
+		// Closed already (a hard Close): nothing will arrive.
+		rx.endStream()
+	}
 }
 
 // pump runs the receive machine until the socket is empty or the stream
@@ -564,10 +571,10 @@ func (rx *rxState) pump(fd uintptr) bool {
 // Progress is verbs.Transport.Progress: a poller's turn at the socket.
 // Whatever arrives is placed on the polling thread (progress belongs to
 // whoever is spinning: a server that polls while its peer streams Writes
-// would otherwise leave every byte to the RX goroutine, which needs a core
-// the spinning threads hold). A connection on which the pollers' reads found
-// nothing pollIdleLimit times in a row is left to the RX goroutine until it
-// reads again, so a quiet connection costs no syscall per poll -- except
+// would otherwise leave every byte to the event loop, whose thread needs a
+// core the spinning threads hold). A connection on which the pollers' reads
+// found nothing pollIdleLimit times in a row is left to the event loop until
+// it reads again, so a quiet connection costs no syscall per poll -- except
 // while a Read or Atomic Response is due.
 func (e *Endpoint) Progress() bool {
 	did := false
@@ -591,8 +598,9 @@ func (e *Endpoint) Progress() bool {
 	}
 	// No life lock here (fail, called from the pump, may wake the
 	// transmitter, which takes it): the rings stay valid because a hard
-	// Close waits for the RX goroutine, which ends by taking the token and
-	// marking the stream ended, after which a poller touches nothing.
+	// Close waits for the receive path's end (finish, or loopShm), which
+	// takes the token and marks the stream ended, after which a poller
+	// touches nothing.
 	if !rx.tok.TryLock() {
 		return did
 	}
@@ -603,108 +611,83 @@ func (e *Endpoint) Progress() bool {
 	if rx.prog {
 		rx.idlePolls.Store(0)
 	} else if rx.idlePolls.Add(1) == pollIdleLimit && rx.muted.Load() {
-		_ = e.rc.Control(rx.loud) // the netpoller takes over
+		rx.setMuted(false) // the event loop takes over
 	}
 	did, ended := did || rx.prog, rx.ended
-	rnr := rx.rnrWait && !ended
+	rnr, since := rx.rnrWait && !ended, rx.rnrSince
 	rx.tok.Unlock()
-	if rnr && !rx.rnrKick.Swap(true) {
-		_ = e.c.SetReadDeadline(time.Now())
+	if rnr {
+		// Wait for the receive buffer (and the timeout) even if nobody
+		// polls any more.
+		rx.goAway(func() { rx.awaitRecv(since) })
 	}
-	if ended && did {
-		// Wake the RX goroutine to close the stream.
-		_ = e.c.SetReadDeadline(time.Now())
+	if ended {
+		rx.finishAsync()
 	}
 	return did
 }
 
-// setMuted raises or lowers the socket's SO_RCVLOWAT (see muted); lowering
-// it signals readiness for what is queued, so the netpoller sees it.
-func (rx *rxState) setMuted(fd uintptr, on bool) {
-	lowat := 1
-	if on {
-		lowat = mutedMark(fd)
-	}
-	if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, lowat) != nil {
+// setMuted takes the socket out of the event loop's readable interest or
+// puts it back (token held); back in, epoll reports what is queued.
+func (rx *rxState) setMuted(on bool) {
+	if rx.e.s.setReadable(!on) != nil {
 		return
 	}
 	rx.muted.Store(on)
-	if on {
-		rx.armLocked()
-	}
+	rx.armLocked()
 }
 
-// mutedMark is the mark of a muted socket: mutedLowat, or a quarter of
-// the receive buffer once autotuning has grown it, so that a stream of
-// large messages, which the pollers drain as it comes, does not cross the
-// mark either: each crossing wakes the netpoller's thread, which then takes
-// the CPU of a polling thread of its own process (ib_send_bw 64 KiB, with
-// server and client in sessions of their own, hence scheduling groups of
-// their own: about 1,200 preemptions of the server's polling thread a
-// second). A quarter keeps the mark's window within what the buffer holds
-// (see mutedLowat).
-func mutedMark(fd uintptr) int {
-	rcvbuf, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
-	if err != nil {
-		return mutedLowat
-	}
-	return max(mutedLowat, rcvbuf/4)
-}
-
-// raiseMark is the RX goroutine's answer to a wake-up of a muted socket
-// (token held): the stream crossed the mark, so the mark follows the
-// receive buffer if autotuning grew it since.
-func raiseMark(fd uintptr) {
-	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, mutedMark(fd))
-}
-
-// watchBusyMax bounds how many watches in a row the RX goroutine skips
-// because a poller held the token: a wake-up that came for something else
-// (a poller's kick, see Progress) is then served at most this many watches
-// late.
+// watchBusyMax bounds how many watches in a row skip their look because a
+// poller held the token: waiting for it would have its Unlock hand it over
+// and wake a thread, on a core the polling program needs, once per watch.
 const watchBusyMax = 8
 
-// rearmWatch sets the next watch without the token, when a poller holds it.
-// A poller lowering the mark meanwhile clears the deadline (armLocked) or
-// leaves this one to fire once for nothing; fail's bound is put back if the
-// connection failed meanwhile.
-func (rx *rxState) rearmWatch() {
-	e := rx.e
-	_ = e.c.SetReadDeadline(time.Now().Add(time.Duration(rx.watch.Load())))
-	if e.dead.Load() {
-		_ = e.c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	}
-}
-
-// armLocked sets the read deadline the RX goroutine waits with: the muted
-// socket's watch, or none; fail's bound stays (token held).
+// armLocked starts the muted socket's watch, or stops a loud one's (token
+// held).
 func (rx *rxState) armLocked() {
-	e := rx.e
-	if e.dead.Load() {
-		return
-	}
-	if rx.muted.Load() {
+	if rx.muted.Load() && !rx.ended && !rx.e.dead.Load() {
 		rx.watchPolls = rx.polls.Load()
-		_ = e.c.SetReadDeadline(time.Now().Add(time.Duration(rx.watch.Load())))
+		rx.watchT.Reset(time.Duration(rx.watch.Load()))
 	} else {
-		_ = e.c.SetReadDeadline(time.Time{})
-	}
-	if e.dead.Load() {
-		_ = e.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		rx.watchT.Stop()
 	}
 }
 
-// louden lowers the mark of a muted socket (token held), so what arrives
-// wakes the RX goroutine: the pollers stop coming.
+// onWatch is the muted socket's watch: a lease went by; if no poller came
+// meanwhile (the application went to sleep, or computes), the socket goes
+// back to the event loop.
+func (rx *rxState) onWatch() {
+	if !rx.tok.TryLock() {
+		if rx.busyWatches.Add(1) < watchBusyMax {
+			// A poller is at the socket, which is all the watch wants
+			// to know.
+			rx.watchT.Reset(time.Duration(rx.watch.Load()))
+			return
+		}
+		rx.tok.Lock()
+	}
+	rx.busyWatches.Store(0)
+	if !rx.ended && rx.muted.Load() {
+		if rx.polls.Load() == rx.watchPolls {
+			rx.setMuted(false) // pollers went away
+		} else {
+			rx.armLocked()
+		}
+	}
+	rx.tok.Unlock()
+}
+
+// louden puts a muted socket back into the event loop's readable interest
+// (token held): the pollers stop coming.
 func (rx *rxState) louden() {
 	if rx.muted.Load() && !rx.ended && !rx.e.dead.Load() {
-		_ = rx.e.rc.Control(rx.loud)
+		rx.setMuted(false)
 	}
 }
 
 // Armed is verbs.Transport.Armed: the application armed a CQ of the QP and
 // is about to wait on its channel, so its polls stop. A socket the polls
-// muted is made loud at once; left to the watch, every message of a
+// muted goes back to the event loop at once; left to the watch, every message of a
 // program that waits for events (rping, perftest -e) waited for it. A
 // same-host ring's receive goroutine stops napping (napShm).
 func (e *Endpoint) Armed() {
@@ -835,104 +818,111 @@ func (rx *rxState) loopShm() {
 	c.Close()
 }
 
-func (rx *rxState) loop() {
+// onReadable is the event loop's: what arrived on a connection that no
+// poller is reading.
+func (rx *rxState) onReadable() {
+	if rx.away.Load() {
+		return // a goroutine of the connection reads it (goAway)
+	}
+	e := rx.e
+	rx.tok.Lock()
+	if e.gone.Load() {
+		rx.ended = true // a hard Close: touch the rings no more
+	}
+	if rx.ended {
+		rx.tok.Unlock()
+		rx.finishAsync()
+		return
+	}
+	rx.prog = false
+	_ = e.rc.Control(rx.loopCtl)
+	got := rx.prog
+	if got {
+		rx.idlePolls.Store(0) // pollers read again
+	}
+	completed, ended := rx.completed, rx.ended
+	rnr, since := rx.rnrWait && !ended, rx.rnrSince
+	rx.tok.Unlock()
+	switch {
+	case ended:
+		rx.finishAsync()
+		return
+	case rnr:
+		// Stop reading (TCP back-pressure) until a receive is posted
+		// or the RNR timeout passes; the next pump retries (and
+		// Terminates once the time is up).
+		rx.goAway(func() { rx.awaitRecv(since) })
+		return
+	case got && spinAllowed(rx.spinWindow):
+		rx.goAway(rx.spinAway)
+	}
+	if got && e.pol != nil && e.pol.PinRX {
+		cpu, posts := e.qp.Poster()
+		rx.keepOffPoster(cpu, posts, rx.arms.Load(), completed) // offcpu.go
+	}
+}
+
+// goAway runs fn on a goroutine of its own, which reads the socket instead
+// of the event loop until it comes back (back); nothing if one does.
+func (rx *rxState) goAway(fn func()) {
+	if rx.away.CompareAndSwap(false, true) {
+		go fn()
+	}
+}
+
+// back returns the socket to the event loop and reads what arrived while
+// it was away (the loop passed those edges over).
+func (rx *rxState) back() {
+	rx.away.Store(false)
+	rx.onReadable()
+}
+
+func (rx *rxState) awaitRecv(since time.Time) {
+	rx.waitRecv(since)
+	rx.back()
+}
+
+func (rx *rxState) spinAway() {
+	rx.spin() // rxspin.go
+	rx.back()
+}
+
+// endStream ends the stream from our side, whatever the peer does: fail's
+// bound (boundSock), or a socket closed before it could be served.
+func (rx *rxState) endStream() {
+	rx.tok.Lock()
+	was := rx.ended
+	rx.ended = true
+	rx.tok.Unlock()
+	if !was && !rx.e.dead.Load() {
+		rx.e.streamEnded()
+	}
+	rx.finishAsync()
+}
+
+// finishAsync closes the ended stream once, on a goroutine of its own.
+func (rx *rxState) finishAsync() {
+	if rx.finishing.CompareAndSwap(false, true) {
+		rx.away.Store(true)
+		go rx.finish()
+	}
+}
+
+func (rx *rxState) finish() {
 	e := rx.e
 	defer close(e.rxDone)
-	ended := false
-	busyWatches := 0 // watches in a row that found a poller holding the token
-	for !ended {
-		var rnr, spin bool
-		var since time.Time
-		err := e.rc.Read(func(fd uintptr) bool {
-			if rx.muted.Load() {
-				// Pollers are reading, and a bulk arrival crossed the
-				// mark: they drain it. Reading too would make a second
-				// reader of the socket, on a CPU the peer needs (on 2
-				// cores ib_read_bw's requester ran at 0.6x). The watch
-				// (armLocked) lowers the mark if they stop coming,
-				// which signals what is left to this goroutine.
-				if rx.tok.TryLock() {
-					if rx.muted.Load() && !rx.ended {
-						raiseMark(fd)
-					}
-					rx.tok.Unlock()
-				}
-				return false
-			}
-			rx.tok.Lock()
-			got := rx.pump(fd)
-			if got {
-				rx.idlePolls.Store(0) // pollers read again
-			}
-			completed := rx.completed
-			ended = rx.ended
-			rnr, since = rx.rnrWait && !ended, rx.rnrSince
-			rx.tok.Unlock()
-			spin = got && !ended && !rnr && spinAllowed(rx.spinWindow)
-			if got && e.pol != nil && e.pol.PinRX {
-				cpu, posts := e.qp.Poster()
-				rx.keepOffPoster(cpu, posts, rx.arms.Load(), completed) // offcpu.go
-			}
-			return ended || rnr || spin
-		})
-		if err == nil && rnr {
-			// Stop reading (TCP back-pressure) until a receive is posted
-			// or the RNR timeout passes; the next pump retries (and
-			// Terminates once the time is up).
-			rx.waitRecv(since)
-			continue
-		}
-		if err == nil && spin {
-			rx.spin() // rxspin.go
-			continue
-		}
-		if err != nil && !ended && !e.dead.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
-			// A poller's wake-up (see Progress) or the muted socket's
-			// watch, not the end of the stream (fail's bound comes with
-			// dead, the end of the stream with rx.ended).
-			if !rx.tok.TryLock() {
-				if busyWatches++; busyWatches < watchBusyMax {
-					// A poller is at the socket, which is all the watch
-					// wants to know. Waiting for the token would have its
-					// Unlock hand it over and wake a thread, on a core
-					// the polling program needs, once per watch.
-					rx.rearmWatch()
-					continue
-				}
-				rx.tok.Lock()
-			}
-			busyWatches = 0
-			rx.rnrKick.Store(false)
-			over := rx.ended
-			if !over {
-				if rx.muted.Load() && rx.polls.Load() == rx.watchPolls {
-					_ = e.rc.Control(rx.loud) // pollers went away
-				}
-				rx.armLocked()
-			}
-			rx.tok.Unlock()
-			if !over {
-				continue
-			}
-		}
-		if err != nil && !ended {
-			rx.tok.Lock()
-			ended = rx.ended
-			rx.ended = true
-			rx.tok.Unlock()
-			if !ended && !e.dead.Load() {
-				e.streamEnded()
-			}
-			ended = true
-		}
-	}
 	rx.tok.Lock()
+	rx.ended = true
 	rx.cleanup()
 	rx.tok.Unlock()
-	// Wait for the peer's FIN (bounded by a read deadline), then close.
-	c := e.c
-	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	_, _ = io.Copy(io.Discard, c)
+	rx.watchT.Stop()
+	s := e.s
+	if !e.gone.Load() {
+		// Wait for the peer's FIN (bounded), then close: closing with
+		// its data unread would reset the connection, and the peer's
+		// kernel would drop what we sent last (a Terminate).
+		s.drain(2 * time.Second)
+	}
 	if e.lingerT.Load() != nil {
 		// A lingering CM-less QP (streamEnded) keeps its socket until it
 		// goes down: a send posted meanwhile (ibv_srq_pingpong's last ones,
@@ -940,7 +930,7 @@ func (rx *rxState) loop() {
 		// instead of failing on a socket we closed ourselves.
 		<-e.quit
 	}
-	c.Close()
+	s.close()
 }
 
 // errCompletions posts what the stream's end did to the work in progress:

@@ -9,9 +9,10 @@ import (
 //
 // A program that waits outside goiwarp -- a server asleep in its own socket
 // while its peer issues RDMA Reads, a target of Writes watching its memory
-// -- leaves every arrival to the RX goroutine, and waking it costs a thread
-// wake-up and a reschedule. With a window set, one RX goroutine per process
-// that consumed such data goes on reading its socket or same-host ring
+// -- leaves every arrival to the event loop (to the RX goroutine of a
+// same-host ring), and waking it costs a thread wake-up and a reschedule.
+// With a window set, one connection per process that consumed such data
+// goes on reading its socket or same-host ring, on a goroutine of its own,
 // without blocking until the window passes with nothing new, or until a
 // poller of the application takes the token (its threads are there to
 // receive). That pays only where a core is free for it: beside application
@@ -19,11 +20,11 @@ import (
 // off its CPU, which is why it is an opt-in for machines with cores to
 // spare rather than a rule the engine guesses at.
 
-// spinSlot is held by the one RX goroutine of the process that spins.
+// spinSlot is held by the one connection of the process that spins.
 var spinSlot atomic.Bool
 
-// spinAllowed is the RX goroutine's cheap check, after it consumed data,
-// whether to leave the netpoller and spin.
+// spinAllowed is the receive path's cheap check, after it consumed data,
+// whether to spin.
 func spinAllowed(window time.Duration) bool {
 	return window > 0 && !spinSlot.Load()
 }
@@ -37,26 +38,26 @@ func (rx *rxState) spin() {
 	}
 	e := rx.e
 	tcp := e.shm == nil
-	// A socket is muted while it spins: what arrives wakes no netpoller
-	// thread (a third thread on cores the spinner and the peer hold);
-	// lowering the mark at the end signals what is left to the netpoller.
-	// (A same-host ring costs nothing to look at and wakes nobody.) The
-	// pump is the pollers' (rx.ctl), which mutes a socket that is not.
-	lower := false // the spinner raised the mark
+	// A socket is muted while it spins: what arrives wakes no event loop
+	// (a third thread on cores the spinner and the peer hold); unmuting
+	// at the end reports what is left to the loop. (A same-host ring
+	// costs nothing to look at and wakes nobody.) The pump is the
+	// pollers' (rx.ctl), which mutes a socket that is not.
+	unmute := false // the spinner muted the socket
 	if tcp {
 		rx.tok.Lock()
-		if !rx.muted.Load() {
-			_ = e.rc.Control(rx.mute)
-			lower = true
+		if !rx.muted.Load() && !rx.ended {
+			rx.setMuted(true)
+			unmute = true
 		}
 		rx.tok.Unlock()
 	}
 	defer func() {
 		spinSlot.Store(false)
-		if lower {
+		if unmute {
 			rx.tok.Lock()
 			if rx.muted.Load() && !rx.ended {
-				_ = e.rc.Control(rx.loud)
+				rx.setMuted(false)
 			}
 			rx.tok.Unlock()
 		}

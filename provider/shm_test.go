@@ -11,6 +11,7 @@ import (
 	"github.com/goiwarp/goiwarp/provider/wire"
 	"github.com/goiwarp/goiwarp/verbs"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // paths are the two data paths a connection between goiwarp ends may take.
@@ -204,7 +205,9 @@ func TestShmPeerDiesMidTransfer(t *testing.T) {
 			}
 			// The kernel resets a dead process's connections that hold
 			// unread data; its memory stays mapped by the survivor.
-			require.NoError(t, s.ep.c.SetLinger(0))
+			require.NoError(t, s.ep.rc.Control(func(fd uintptr) {
+				require.NoError(t, unix.SetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1}))
+			}))
 			s.ep.Close(false)
 			c.wait(Disconnected, to)
 			require.Equal(t, verbs.QPSErr, c.qp.State())

@@ -345,29 +345,45 @@ func (e *Endpoint) txLoop() {
 				e.life.RUnlock()
 				continue
 			}
-			// Wait for room without holding the token: a poller
-			// (Endpoint.Progress) may take a blocked transmitter over
-			// before the netpoller wakes this goroutine.
-			err := e.rc.Write(func(uintptr) bool {
-				if !t.blocked.CompareAndSwap(true, false) {
-					return true // someone else transmits
-				}
-				t.tokSync.Load()
-				if t.runOnce() {
-					t.blocked.Store(true)
-					return false
-				}
-				return true
-			})
-			if err != nil && t.blocked.CompareAndSwap(true, false) {
-				// Deadline or closed socket while full: give up on the batch.
-				t.tokSync.Load()
-				t.giveUp = true
-				t.run()
-			}
+			t.resumeSock(e.s)
 			e.life.RUnlock()
 		case <-e.quit:
 			return
+		}
+	}
+}
+
+// resumeSock is the TX goroutine's turn on a TCP connection: transmit the
+// batch handed over, and leave it blocked when the socket is full; the
+// event loop's next writability edge hands it back (onWritable). A poller
+// (Endpoint.Progress) may take a blocked transmitter over first.
+func (t *txState) resumeSock(s *sock) {
+	for t.blocked.CompareAndSwap(true, false) {
+		t.tokSync.Load()
+		if s.wexpired.Load() {
+			// Fail's bound: a peer that does not read gets no more.
+			t.giveUp = true
+			t.run()
+			return
+		}
+		seq := s.wseq.Load()
+		if !t.runOnce() {
+			return
+		}
+		t.blocked.Store(true)
+		if s.wseq.Load() == seq {
+			return // the edge that makes room is yet to come
+		}
+	}
+}
+
+// onWritable is the event loop's: room on a socket whose transmitter
+// found it full goes back to the TX goroutine.
+func (t *txState) onWritable() {
+	if t.blocked.Load() {
+		select {
+		case t.e.txHand <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -630,9 +646,7 @@ func (t *txState) idle() bool {
 	t.mu.Unlock()
 	if (closing || dead) && !t.finSent {
 		t.finSent = true
-		if c := e.c; c != nil {
-			_ = c.CloseWrite()
-		}
+		e.closeWrite()
 	}
 	t.releaseBatch()
 	if dead {
@@ -1209,9 +1223,8 @@ func (t *txState) frameOne(fpdu []byte) []byte {
 }
 
 // write writes the batch without blocking; wouldBlock when the socket is
-// full. It uses the socket under a reference (RawConn.Control), not its
-// write lock, so that the TX goroutine can wait for room in RawConn.Write
-// without holding the token.
+// full. It uses the socket under a reference (Control), so that a close
+// waits for it.
 func (t *txState) write() (wouldBlock bool, err error) {
 	t.wBlock, t.wErr = false, nil
 	t.wgate.Lock()
@@ -1377,8 +1390,6 @@ func (t *txState) finish(m *txMsg) {
 	case kindTerm:
 		t.e.ctr.TermSent()
 		t.finSent = true
-		if c := t.e.c; c != nil {
-			_ = c.CloseWrite()
-		}
+		t.e.closeWrite()
 	}
 }
