@@ -42,32 +42,35 @@ type evLoop struct {
 }
 
 var theLoop struct {
-	once sync.Once
-	l    *evLoop
-	err  error
+	mu sync.Mutex
+	l  *evLoop
 }
 
-// loop returns the process's event loop, started on first use.
+// loop returns the process's event loop, started on first use; a start
+// that failed (no descriptor left) is tried again by the next connection.
 func loop() (*evLoop, error) {
-	theLoop.once.Do(func() {
-		fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-		if err == nil {
-			err = unix.SetNonblock(fd, true)
-		}
-		if err != nil {
-			theLoop.err = err
-			return
-		}
-		l := &evLoop{epfd: fd, ep: os.NewFile(uintptr(fd), "goiwarp-epoll"), byID: make(map[uint32]*sock)}
-		rc, err := l.ep.SyscallConn()
-		if err != nil {
-			theLoop.err = err
-			return
-		}
-		theLoop.l = l
-		go l.run(rc)
-	})
-	return theLoop.l, theLoop.err
+	theLoop.mu.Lock()
+	defer theLoop.mu.Unlock()
+	if theLoop.l != nil {
+		return theLoop.l, nil
+	}
+	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	l := &evLoop{epfd: fd, ep: os.NewFile(uintptr(fd), "goiwarp-epoll"), byID: make(map[uint32]*sock)}
+	rc, err := l.ep.SyscallConn()
+	if err != nil {
+		l.ep.Close()
+		return nil, err
+	}
+	theLoop.l = l
+	go l.run(rc)
+	return l, nil
 }
 
 func (l *evLoop) run(rc syscall.RawConn) {
