@@ -115,6 +115,9 @@ type txState struct {
 	// here; whoever swaps it to false (the TX goroutine once there is room,
 	// or a poller) transmits.
 	blocked atomic.Bool
+	// awaitEdge: the socket was found full and no writability edge came
+	// since (markFull); set by the token holder, cleared by the event loop.
+	awaitEdge atomic.Bool
 
 	// tokSync mirrors the hand-over of the TX token, whose doorbell lives
 	// in mmap'd memory the race detector does not see, in Go memory.
@@ -370,8 +373,7 @@ func (t *txState) resumeSock(s *sock) {
 		if !t.runOnce() {
 			return
 		}
-		t.blocked.Store(true)
-		if s.wseq.Load() == seq {
+		if !t.markFull(seq) {
 			return // the edge that makes room is yet to come
 		}
 	}
@@ -380,6 +382,7 @@ func (t *txState) resumeSock(s *sock) {
 // onWritable is the event loop's: room on a socket whose transmitter
 // found it full goes back to the TX goroutine.
 func (t *txState) onWritable() {
+	t.awaitEdge.Store(false)
 	if t.blocked.Load() {
 		select {
 		case t.e.txHand <- struct{}{}:
@@ -495,9 +498,41 @@ const (
 // token is left "blocked" for the TX goroutine, which waits for room, or a
 // poller to take). It never waits itself.
 func (t *txState) run() {
-	if t.runOnce() {
+	seq := t.writeSeq()
+	if t.runOnce() && t.markFull(seq) {
 		t.handOff()
 	}
+}
+
+// writeSeq is the socket's count of writability edges (txState.blockFull);
+// 0 on a same-host connection.
+func (t *txState) writeSeq() uint32 {
+	if s := t.e.s; s != nil {
+		return s.wseq.Load()
+	}
+	return 0
+}
+
+// markFull leaves the token blocked on a full socket until the
+// writability edge that makes room (onWritable) wakes the TX goroutine;
+// meanwhile a poller may take the transmitter over (progress), and a
+// burst's hand-off (Kick) leaves the token to the pollers or to that edge,
+// as waking the TX goroutine for a socket that is still full would only
+// have it find EAGAIN again. It reports whether an edge came since seq
+// (read before the write): the caller then has to try again itself.
+func (t *txState) markFull(seq uint32) (edgeSince bool) {
+	s := t.e.s
+	if s == nil {
+		return true
+	}
+	t.awaitEdge.Store(true)
+	t.tokSync.Add(1)
+	t.blocked.Store(true)
+	if s.wseq.Load() == seq {
+		return false
+	}
+	t.awaitEdge.Store(false)
+	return true
 }
 
 // releaseToken gives back a token left blocked (handed over) or parked
@@ -520,6 +555,9 @@ func (t *txState) releaseToken() {
 func (t *txState) handOff() {
 	t.tokSync.Add(1)
 	t.blocked.Store(true)
+	if t.awaitEdge.Load() {
+		return // see markFull
+	}
 	select {
 	case t.e.txHand <- struct{}{}:
 	default:
