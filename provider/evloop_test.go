@@ -116,3 +116,9 @@ func TestEventLoopClose(t *testing.T) {
 	require.ErrorIs(t, p.s.setReadable(false), net.ErrClosed)
 	p.s.close() // idempotent
 }
+
+// Connections are dealt to the loops in turn: two in a row never share one.
+func TestConnectionsDealtToLoops(t *testing.T) {
+	a, b := newLoopPair(t), newLoopPair(t)
+	require.NotSame(t, a.s.loop, b.s.loop)
+}
