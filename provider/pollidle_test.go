@@ -155,7 +155,7 @@ func readable(e *Endpoint) bool {
 	rx := e.rx.Load()
 	rx.tok.Lock()
 	defer rx.tok.Unlock()
-	return e.s.readable
+	return e.s.readable.Load()
 }
 
 // A poller that reads a message mutes the socket (out of the event loop's

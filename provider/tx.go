@@ -115,9 +115,6 @@ type txState struct {
 	// here; whoever swaps it to false (the TX goroutine once there is room,
 	// or a poller) transmits.
 	blocked atomic.Bool
-	// awaitEdge: the socket was found full and no writability edge came
-	// since (markFull); set by the token holder, cleared by the event loop.
-	awaitEdge atomic.Bool
 
 	// tokSync mirrors the hand-over of the TX token, whose doorbell lives
 	// in mmap'd memory the race detector does not see, in Go memory.
@@ -382,7 +379,6 @@ func (t *txState) resumeSock(s *sock) {
 // onWritable is the event loop's: room on a socket whose transmitter
 // found it full goes back to the TX goroutine.
 func (t *txState) onWritable() {
-	t.awaitEdge.Store(false)
 	if t.blocked.Load() {
 		select {
 		case t.e.txHand <- struct{}{}:
@@ -525,13 +521,13 @@ func (t *txState) markFull(seq uint32) (edgeSince bool) {
 	if s == nil {
 		return true
 	}
-	t.awaitEdge.Store(true)
+	s.awaitEdge.Store(true)
 	t.tokSync.Add(1)
 	t.blocked.Store(true)
 	if s.wseq.Load() == seq {
 		return false
 	}
-	t.awaitEdge.Store(false)
+	s.awaitEdge.Store(false)
 	return true
 }
 
@@ -555,7 +551,7 @@ func (t *txState) releaseToken() {
 func (t *txState) handOff() {
 	t.tokSync.Add(1)
 	t.blocked.Store(true)
-	if t.awaitEdge.Load() {
+	if s := t.e.s; s != nil && s.awaitEdge.Load() {
 		return // see markFull
 	}
 	select {
