@@ -43,10 +43,9 @@ type evLoop struct {
 	next uint32
 	// solo is the set's socket while it holds exactly one (under mu).
 	// The loop then skips epoll_wait on the set while the socket is
-	// readable: a wake-up of the set can only be that socket's, and is
-	// taken as both readable and writable -- the read that follows tells
-	// what arrived, and a transmitter waiting for room tries once (it
-	// meets EAGAIN if the wake-up was an arrival). On the 2-vCPU test machine a system
+	// readable and no transmitter waits for a writability edge: a
+	// wake-up of the set can only be that socket's, and the read that
+	// follows tells what arrived. On the 2-vCPU test machine a system
 	// call costs 10-15 us, and a ping-pong no poller reads (qperf
 	// rc_rdma_write_poll_lat, fio's RDMA Reads) paid it once a message.
 	// The set's ready list is left as it is then; epoll wakes the set's
@@ -118,7 +117,7 @@ func (l *evLoop) run(rc syscall.RawConn) {
 	evs := make([]unix.EpollEvent, 128)
 	for {
 		err := rc.Read(func(uintptr) bool {
-			if s := l.solo.Load(); s != nil && s.readable.Load() {
+			if s := l.solo.Load(); s != nil && s.readable.Load() && !s.awaitEdge.Load() {
 				// The set's only socket: the set's fd turned readable
 				// for it, and what it holds is a read away.
 				s.dispatch(unix.EPOLLIN | unix.EPOLLOUT)
