@@ -532,10 +532,7 @@ func (e *Endpoint) failing(term *termInfo, err error, asyncEv int, fromTx bool, 
 func (e *Endpoint) boundSock(s *sock) {
 	time.AfterFunc(time.Second, func() {
 		s.wexpired.Store(true)
-		select {
-		case e.txHand <- struct{}{}:
-		default:
-		}
+		e.wakeTxGoroutine()
 	})
 	time.AfterFunc(2*time.Second, func() {
 		if rx := e.rx.Load(); rx != nil {

@@ -93,6 +93,7 @@ func loop() (*evLoop, error) {
 		theLoops.next++
 		return l, nil
 	}
+	// Not counted on until it started: a failed start is tried again here.
 	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -174,7 +175,7 @@ type sock struct {
 	registered bool
 	readable   atomic.Bool // EPOLLIN is in the interest set (changed under the RX token once serving)
 	// awaitEdge: the transmitter found the socket full and no writability
-	// edge came since (txState.markFull); cleared by the loop.
+	// edge came since (txState.blockFull); cleared by the loop.
 	awaitEdge atomic.Bool
 
 	// wseq counts writability edges: a transmitter that found the socket

@@ -354,36 +354,23 @@ func (e *Endpoint) txLoop() {
 }
 
 // resumeSock is the TX goroutine's turn on a TCP connection: transmit the
-// batch handed over, and leave it blocked when the socket is full; the
-// event loop's next writability edge hands it back (onWritable). A poller
-// (Endpoint.Progress) may take a blocked transmitter over first.
+// batch handed over; a socket still full leaves it blocked again (run). A
+// poller (Endpoint.Progress) may take a blocked transmitter over first.
 func (t *txState) resumeSock(s *sock) {
-	for t.blocked.CompareAndSwap(true, false) {
-		t.tokSync.Load()
-		if s.wexpired.Load() {
-			// Fail's bound: a peer that does not read gets no more.
-			t.giveUp = true
-			t.run()
-			return
-		}
-		seq := s.wseq.Load()
-		if !t.runOnce() {
-			return
-		}
-		if !t.markFull(seq) {
-			return // the edge that makes room is yet to come
-		}
+	if !t.blocked.CompareAndSwap(true, false) {
+		return
 	}
+	t.tokSync.Load()
+	// Fail's bound: a peer that does not read gets no more.
+	t.giveUp = t.giveUp || s.wexpired.Load()
+	t.run()
 }
 
 // onWritable is the event loop's: room on a socket whose transmitter
 // found it full goes back to the TX goroutine.
 func (t *txState) onWritable() {
 	if t.blocked.Load() {
-		select {
-		case t.e.txHand <- struct{}{}:
-		default:
-		}
+		t.e.wakeTxGoroutine()
 	}
 }
 
@@ -494,41 +481,35 @@ const (
 // token is left "blocked" for the TX goroutine, which waits for room, or a
 // poller to take). It never waits itself.
 func (t *txState) run() {
-	seq := t.writeSeq()
-	if t.runOnce() && t.markFull(seq) {
-		t.handOff()
-	}
-}
-
-// writeSeq is the socket's count of writability edges (txState.blockFull);
-// 0 on a same-host connection.
-func (t *txState) writeSeq() uint32 {
+	var seq uint32
 	if s := t.e.s; s != nil {
-		return s.wseq.Load()
+		seq = s.wseq.Load()
 	}
-	return 0
+	if t.runOnce() {
+		t.blockFull(seq)
+	}
 }
 
-// markFull leaves the token blocked on a full socket until the
-// writability edge that makes room (onWritable) wakes the TX goroutine;
-// meanwhile a poller may take the transmitter over (progress), and a
-// burst's hand-off (Kick) leaves the token to the pollers or to that edge,
-// as waking the TX goroutine for a socket that is still full would only
-// have it find EAGAIN again. It reports whether an edge came since seq
-// (read before the write): the caller then has to try again itself.
-func (t *txState) markFull(seq uint32) (edgeSince bool) {
+// blockFull leaves the token blocked on a full socket (or ring) for the TX
+// goroutine, or for a poller to take first (progress). On a socket the TX
+// goroutine is woken by the writability edge that makes room (onWritable),
+// or at once if one came since seq, read before the write; until then a
+// burst's hand-off wakes nobody (handOff), as waking the TX goroutine for a
+// socket that is still full would only have it find EAGAIN again.
+func (t *txState) blockFull(seq uint32) {
 	s := t.e.s
-	if s == nil {
-		return true
+	if s != nil {
+		s.awaitEdge.Store(true) // before blocked: the loop clears it first
 	}
-	s.awaitEdge.Store(true)
 	t.tokSync.Add(1)
 	t.blocked.Store(true)
-	if s.wseq.Load() == seq {
-		return false
+	if s != nil {
+		if s.wseq.Load() == seq {
+			return
+		}
+		s.awaitEdge.Store(false)
 	}
-	s.awaitEdge.Store(false)
-	return true
+	t.e.wakeTxGoroutine()
 }
 
 // releaseToken gives back a token left blocked (handed over) or parked
@@ -552,10 +533,16 @@ func (t *txState) handOff() {
 	t.tokSync.Add(1)
 	t.blocked.Store(true)
 	if s := t.e.s; s != nil && s.awaitEdge.Load() {
-		return // see markFull
+		return // see blockFull
 	}
+	t.e.wakeTxGoroutine()
+}
+
+// wakeTxGoroutine tells the TX goroutine to look at the token (txLoop); a
+// wake-up already pending covers this one.
+func (e *Endpoint) wakeTxGoroutine() {
 	select {
-	case t.e.txHand <- struct{}{}:
+	case e.txHand <- struct{}{}:
 	default:
 	}
 }
