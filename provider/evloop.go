@@ -18,12 +18,12 @@ import (
 // connections, serve what no application thread is driving
 // (docs/design.md, "Progress engine").
 //
-// The sockets leave Go's netpoller once the MPA exchange is over. The
-// netpoller keeps every socket it knows readable-edge-triggered, so each
-// segment that arrives wakes one of its threads even while an application
-// thread is reading that socket itself; here a connection whose pollers
-// read it is taken out of the readable interest (sock.setReadable), and
-// nothing wakes for what they read.
+// The sockets leave Go's netpoller once the MPA exchange is over, and a
+// loop reads every connection that is ready in one turn on one thread,
+// where the netpoller woke a goroutine per connection. While application
+// threads poll a connection, its SO_RCVLOWAT is raised (rxState.muted): what
+// they read as it comes wakes no thread, and a backlog they leave (a poller
+// that lost its core) wakes the loop.
 //
 // The loop places arrivals itself rather than waking a goroutine per
 // connection, and its goroutine waits for the epoll set in the netpoller
@@ -42,16 +42,14 @@ type evLoop struct {
 	byID map[uint32]*sock
 	next uint32
 	// solo is the set's socket while it holds exactly one (under mu).
-	// The loop then skips epoll_wait on the set while the socket is
-	// readable and no transmitter waits for a writability edge: a
-	// wake-up of the set can only be that socket's, and the read that
-	// follows tells what arrived. On the 2-vCPU test machine a system
-	// call costs 10-15 us, and a ping-pong no poller reads (qperf
-	// rc_rdma_write_poll_lat, fio's RDMA Reads) paid it once a message.
-	// The set's ready list is left as it is then; epoll wakes the set's
-	// watchers on every event whether or not the socket is on that list
-	// already, and setReadable re-registers instead of modifying, since
-	// a modification reports nothing for a socket still on the list.
+	// The loop then skips epoll_wait on the set while no transmitter
+	// waits for a writability edge: a wake-up of the set can only be that
+	// socket's, and the read that follows tells what arrived. On the
+	// 2-vCPU test machine a system call costs 10-15 us, and a ping-pong
+	// no poller reads (qperf rc_rdma_write_poll_lat, fio's RDMA Reads)
+	// paid it once a message. The set's ready list is left as it is then:
+	// epoll wakes the set's watchers on every event whether or not the
+	// socket is on that list already.
 	solo atomic.Pointer[sock]
 }
 
@@ -118,7 +116,7 @@ func (l *evLoop) run(rc syscall.RawConn) {
 	evs := make([]unix.EpollEvent, 128)
 	for {
 		err := rc.Read(func(uintptr) bool {
-			if s := l.solo.Load(); s != nil && s.readable.Load() && !s.awaitEdge.Load() {
+			if s := l.solo.Load(); s != nil && !s.awaitEdge.Load() {
 				// The set's only socket: the set's fd turned readable
 				// for it, and what it holds is a read away.
 				s.dispatch(unix.EPOLLIN | unix.EPOLLOUT)
@@ -173,7 +171,6 @@ type sock struct {
 	onReadable func()
 	onWritable func()
 	registered bool
-	readable   atomic.Bool // EPOLLIN is in the interest set (changed under the RX token once serving)
 	// awaitEdge: the transmitter found the socket full and no writability
 	// edge came since (txState.blockFull); cleared by the loop.
 	awaitEdge atomic.Bool
@@ -216,16 +213,7 @@ func newSock(c *net.TCPConn) (*sock, error) {
 	}
 	c.Close()
 	s := &sock{fd: nfd, loop: l}
-	s.readable.Store(true)
 	return s, nil
-}
-
-func (s *sock) interest() uint32 {
-	ev := uint32(unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET)
-	if s.readable.Load() {
-		ev |= unix.EPOLLIN
-	}
-	return ev
 }
 
 // serve puts the socket into the loop's epoll set with its handlers.
@@ -246,7 +234,7 @@ func (s *sock) serve(onReadable, onWritable func()) error {
 	if s.closed {
 		return errSockClosed
 	}
-	ev := unix.EpollEvent{Events: s.interest(), Fd: int32(s.id)}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(s.id)}
 	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
 		return err
 	}
@@ -263,34 +251,6 @@ func (s *sock) dispatch(ev uint32) {
 	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		s.onReadable()
 	}
-}
-
-// setReadable adds EPOLLIN to the interest set or takes it out. Adding it
-// reports what is already queued, so nothing that arrived meanwhile waits
-// for the next segment: the socket is registered anew (epoll looks at it
-// and reports what it holds), where a modification would report nothing
-// for a socket still on the set's ready list (evLoop.solo).
-func (s *sock) setReadable(on bool) error {
-	s.life.RLock()
-	defer s.life.RUnlock()
-	if s.closed {
-		return errSockClosed
-	}
-	if s.readable.Load() == on {
-		return nil
-	}
-	s.readable.Store(on)
-	if !s.registered {
-		return nil
-	}
-	ev := unix.EpollEvent{Events: s.interest(), Fd: int32(s.id)}
-	if !on {
-		return unix.EpollCtl(s.loop.epfd, unix.EPOLL_CTL_MOD, s.fd, &ev)
-	}
-	if err := unix.EpollCtl(s.loop.epfd, unix.EPOLL_CTL_DEL, s.fd, nil); err != nil {
-		return err
-	}
-	return unix.EpollCtl(s.loop.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev)
 }
 
 // Control runs fn with the fd, which stays open meanwhile.

@@ -35,15 +35,29 @@ func newLoopPair(t *testing.T) *loopPair {
 	return p
 }
 
+// mark sets the socket's SO_RCVLOWAT, as muting does. Raising it, it lets
+// the wake-ups of the set-up pass (a loop whose set holds one socket reports
+// every wake-up as readable: evLoop.solo) and counts from zero.
+func (p *loopPair) mark(t *testing.T, n int) {
+	require.NoError(t, p.s.Control(func(fd uintptr) {
+		require.NoError(t, unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, n))
+	}))
+	if n > 1 {
+		time.Sleep(20 * time.Millisecond)
+		p.readable.Store(0)
+	}
+}
+
 func (p *loopPair) queued(t *testing.T) int {
 	var n int
 	require.NoError(t, p.s.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }))
 	return n
 }
 
-// What the engine relies on: an arrival wakes the loop while the socket is
-// readable, none while it is muted, and unmuting reports what queued
-// meanwhile; room after a full socket is an edge of its own.
+// What the engine relies on: an arrival wakes the loop; while the socket is
+// muted (its SO_RCVLOWAT raised) only a backlog past the mark does, and
+// lowering the mark reports what queued meanwhile; room after a full socket
+// is an edge of its own.
 func TestEventLoopInterest(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -55,7 +69,7 @@ func TestEventLoopInterest(t *testing.T) {
 			require.Eventually(t, func() bool { return p.readable.Load() > 0 }, 5*time.Second, time.Millisecond)
 		}},
 		{"muted: arrival wakes nobody, unmuting reports it", func(t *testing.T, p *loopPair) {
-			require.NoError(t, p.s.setReadable(false))
+			p.mark(t, mutedLowat)
 			for range 50 {
 				_, err := p.peer.Write([]byte("x"))
 				require.NoError(t, err)
@@ -63,9 +77,15 @@ func TestEventLoopInterest(t *testing.T) {
 			require.Eventually(t, func() bool { return p.queued(t) == 50 }, 5*time.Second, time.Millisecond)
 			time.Sleep(20 * time.Millisecond)
 			require.Zero(t, p.readable.Load(), "a muted socket woke the loop")
-			require.NoError(t, p.s.setReadable(true))
+			p.mark(t, 1)
 			require.Eventually(t, func() bool { return p.readable.Load() > 0 }, 5*time.Second, time.Millisecond,
 				"what queued while muted was not reported")
+		}},
+		{"muted: a backlog past the mark wakes the loop", func(t *testing.T, p *loopPair) {
+			p.mark(t, mutedLowat)
+			_, err := p.peer.Write(make([]byte, 2*mutedLowat))
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return p.readable.Load() > 0 }, 5*time.Second, time.Millisecond)
 		}},
 		{"room after a full socket", func(t *testing.T, p *loopPair) {
 			seq := p.s.wseq.Load()
@@ -89,12 +109,12 @@ func TestEventLoopInterest(t *testing.T) {
 			require.Greater(t, p.s.wseq.Load(), seq)
 		}},
 		{"peer's end of stream wakes a muted socket", func(t *testing.T, p *loopPair) {
-			require.NoError(t, p.s.setReadable(false))
+			p.mark(t, mutedLowat)
 			require.NoError(t, p.peer.CloseWrite())
 			require.Eventually(t, func() bool { return p.readable.Load() > 0 }, 5*time.Second, time.Millisecond)
 		}},
-		{"shutdown wakes the loop", func(t *testing.T, p *loopPair) {
-			require.NoError(t, p.s.setReadable(false))
+		{"shutdown wakes a muted socket", func(t *testing.T, p *loopPair) {
+			p.mark(t, mutedLowat)
 			p.s.shutdown(unix.SHUT_RDWR)
 			require.Eventually(t, func() bool { return p.readable.Load() > 0 }, 5*time.Second, time.Millisecond)
 		}},
@@ -113,7 +133,6 @@ func TestEventLoopClose(t *testing.T) {
 	l.mu.RUnlock()
 	require.False(t, there)
 	require.ErrorIs(t, p.s.Control(func(uintptr) { t.Fatal("fd used after close") }), net.ErrClosed)
-	require.ErrorIs(t, p.s.setReadable(false), net.ErrClosed)
 	p.s.close() // idempotent
 }
 

@@ -149,19 +149,19 @@ func withMuteVisitGap(t *testing.T, d time.Duration) {
 	t.Cleanup(func() { muteVisitGap = old })
 }
 
-// readable reports whether the endpoint's socket is in the event loop's
-// readable interest (loud); the token keeps it still meanwhile.
-func readable(e *Endpoint) bool {
-	rx := e.rx.Load()
-	rx.tok.Lock()
-	defer rx.tok.Unlock()
-	return e.s.readable.Load()
+// lowat is the endpoint's SO_RCVLOWAT: 1 while the socket is loud.
+func lowat(e *Endpoint) int {
+	var v int
+	_ = e.rc.Control(func(fd uintptr) {
+		v, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT)
+	})
+	return v
 }
 
-// A poller that reads a message mutes the socket (out of the event loop's
-// readable interest: what arrives wakes no thread while pollers read);
-// pollIdleLimit empty reads, or pollers that stop coming, unmute it, and
-// what arrives then is read by the event loop.
+// A poller that reads a message mutes the socket (SO_RCVLOWAT up: what
+// arrives wakes no thread while pollers read); pollIdleLimit empty reads,
+// or pollers that stop coming, unmute it, and what arrives then is read by
+// the event loop.
 func TestPolledSocketMuted(t *testing.T) {
 	for _, how := range []string{"pollers-stop", "idle-limit"} {
 		t.Run(how, func(t *testing.T) {
@@ -171,7 +171,7 @@ func TestPolledSocketMuted(t *testing.T) {
 			rx := p.srv.ep.rx.Load()
 			muted := rx.muted.Load
 			muteByPolling(t, p, b, mr, cb, cmr)
-			require.False(t, readable(p.srv.ep))
+			require.Greater(t, lowat(p.srv.ep), 1)
 			if how == "idle-limit" {
 				for i := 0; muted(); i++ {
 					require.Less(t, i, 100*pollIdleLimit, "never unmuted")
@@ -181,7 +181,7 @@ func TestPolledSocketMuted(t *testing.T) {
 				require.Eventually(t, func() bool { return !muted() }, 5*time.Second, time.Millisecond,
 					"pollers stopped and the socket stayed muted")
 			}
-			require.True(t, readable(p.srv.ep))
+			require.Equal(t, 1, lowat(p.srv.ep))
 			sendRecv(t, p, b, mr, cb, cmr, 5000, 64, false)
 		})
 	}
@@ -204,15 +204,15 @@ func TestPollerAfterLongGapLeavesSocketLoud(t *testing.T) {
 		require.False(t, rx.muted.Load(), "muted after message %d", i)
 	}
 	require.Greater(t, rx.polls.Load(), polls, "the pollers came")
-	require.True(t, readable(p.srv.ep), "never muted")
+	require.LessOrEqual(t, lowat(p.srv.ep), 1, "the mark was never raised")
 }
 
-// A bulk arrival on a muted socket wakes nobody: the pollers read it while
-// they come; when they stop, the watch hands the socket back to the event
-// loop, which reads the rest, so a large message on a muted socket
-// completes either way.
+// A bulk arrival crosses the muted socket's mark and wakes the event loop,
+// which reads it unless a poller is at it; when the pollers stop, the
+// watch hands the socket back to the event loop, so a large message on a
+// muted socket completes either way.
 func TestMutedBulkArrival(t *testing.T) {
-	const size = 256 << 10
+	const size = 8 * mutedLowat
 	for _, poll := range []bool{true, false} {
 		name := map[bool]string{true: "pollers-read", false: "pollers-stop"}[poll]
 		t.Run(name, func(t *testing.T) {
@@ -226,6 +226,52 @@ func TestMutedBulkArrival(t *testing.T) {
 			c := sendRecv(t, p, b, mr, cb, cmr, 9000, size, poll)
 			require.EqualValues(t, size, c.ByteLen)
 			require.Equal(t, cb, b)
+		})
+	}
+}
+
+// The muted socket's mark follows its receive buffer (a quarter of it, at
+// least mutedLowat), set when pollers mute it and raised by the event loop
+// when a stream crosses it after autotuning grew the buffer; a
+// message larger than the mark still completes, read by pollers or, once
+// they stop, by the event loop.
+func TestMutedMarkFollowsReceiveBuffer(t *testing.T) {
+	for _, poll := range []bool{true, false} {
+		name := map[bool]string{true: "pollers-read", false: "pollers-stop"}[poll]
+		t.Run(name, func(t *testing.T) {
+			p := connectPair(t, noSpinPair())
+			ep := p.srv.ep
+			rx := ep.rx.Load()
+			rcvbuf := func(set int) int {
+				var v int
+				require.NoError(t, ep.rc.Control(func(fd uintptr) {
+					if set > 0 {
+						require.NoError(t, unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, set))
+					}
+					v, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+				}))
+				return v
+			}
+			small := rcvbuf(1 << 20)
+			b, mr := p.srv.mem(4<<20, 0)
+			cb, cmr := p.cli.mem(4<<20, 0)
+			muteByPolling(t, p, b, mr, cb, cmr)
+			require.Equal(t, small/4, lowat(ep), "muted: a quarter of the receive buffer")
+
+			big := rcvbuf(4 << 20)
+			rx.tok.Lock()
+			require.True(t, rx.muted.Load())
+			require.NoError(t, ep.rc.Control(raiseMark))
+			rx.tok.Unlock()
+			require.Equal(t, big/4, lowat(ep), "the mark follows the grown buffer")
+
+			n := big / 4 * 3 / 2 // crosses the mark
+			for i := range n {
+				cb[i] = byte(i * 7)
+			}
+			c := sendRecv(t, p, b, mr, cb, cmr, 9000, n, poll)
+			require.EqualValues(t, n, c.ByteLen)
+			require.Equal(t, cb[:n], b[:n])
 		})
 	}
 }
@@ -340,9 +386,9 @@ func TestArmedCQKeepsSocketLoud(t *testing.T) {
 					require.False(t, rx.muted.Load(), "a poll muted the socket of an armed CQ")
 				}
 			}
-			// Readable, so the event loop is told what comes next (no
-			// timed assertion: CI machines are noisy).
-			require.True(t, readable(p.srv.ep), "muted")
+			// The mark is down, so the event loop is signalled what
+			// comes next (no timed assertion: CI machines are noisy).
+			require.LessOrEqual(t, lowat(p.srv.ep), 1, "the mark is raised")
 			sendRecv(t, p, b, mr, cb, cmr, 5000, 64, false)
 		})
 	}

@@ -409,17 +409,22 @@ type rxState struct {
 	// due, until they or the event loop read something.
 	idlePolls atomic.Uint32
 
-	// muted: pollers are reading the socket, and it is out of the event
-	// loop's readable interest, so that what arrives meanwhile wakes no
+	// muted: pollers are reading the socket, and its SO_RCVLOWAT is
+	// raised (mutedMark), so that what they read as it arrives wakes no
 	// thread. Otherwise every segment wakes the loop's thread out of
 	// epoll_wait, and on a machine whose cores the polling threads keep
 	// busy that thread takes one of them from a poller (bench/README.md:
-	// scheduler trace of ib_send_lat). A spinning poller that finds data
-	// mutes it (one whose last visit ended within muteVisitGap);
-	// pollIdleLimit empty reads in a row, or a watch period in which no
-	// poller came (the application went to sleep on a completion
-	// channel), put it back, and epoll then reports what is queued.
-	// Changed under the token (setMuted); atomic for looks without it.
+	// scheduler trace of ib_send_lat). A backlog past the mark still
+	// wakes the loop: a poller preempted by other work leaves a bulk
+	// stream to it rather than to its own next time slice (across a veth
+	// pair under load, taking the socket out of the loop's interest
+	// instead cost single-stream ib_write_bw 10-25 %). A spinning poller
+	// that finds data mutes it (one whose last visit ended within
+	// muteVisitGap); pollIdleLimit empty reads in a row, or a watch
+	// period in which no poller came (the application went to sleep on a
+	// completion channel), put the mark back to 1, which reports what is
+	// queued. Changed under the token (setMuted); atomic for looks
+	// without it.
 	muted atomic.Bool
 	// polls counts pollers' visits, whether they read or found the token
 	// taken; watchPolls is its value when the watch began.
@@ -504,10 +509,15 @@ func (e *Endpoint) startRX() {
 		if !rx.muted.Load() && !e.qp.EventsArmed() && rx.spinning {
 			// (An application armed for events is about to stop polling;
 			// one whose previous visit was long ago polls now and then.)
-			rx.setMuted(true)
+			rx.setMutedFd(fd, true)
 		}
 	}
-	rx.loopCtl = func(fd uintptr) { rx.prog = rx.pump(fd) }
+	rx.loopCtl = func(fd uintptr) {
+		rx.prog = rx.pump(fd)
+		if rx.muted.Load() {
+			raiseMark(fd)
+		}
+	}
 	if e.shm == nil {
 		// Before pollers can see rx (they may mute the socket at once).
 		rx.watchT = time.AfterFunc(time.Hour, rx.onWatch)
@@ -627,14 +637,49 @@ func (e *Endpoint) Progress() bool {
 	return did
 }
 
-// setMuted takes the socket out of the event loop's readable interest or
-// puts it back (token held); back in, epoll reports what is queued.
+// setMuted raises or lowers the socket's SO_RCVLOWAT (token held): muted,
+// only a backlog past the mark wakes the event loop (a poller that was
+// preempted); lowering the mark reports what is queued.
 func (rx *rxState) setMuted(on bool) {
-	if rx.e.s.setReadable(!on) != nil {
+	_ = rx.e.s.Control(func(fd uintptr) { rx.setMutedFd(fd, on) })
+}
+
+func (rx *rxState) setMutedFd(fd uintptr, on bool) {
+	lowat := 1
+	if on {
+		lowat = mutedMark(fd)
+	}
+	if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, lowat) != nil {
 		return
 	}
 	rx.muted.Store(on)
 	rx.armLocked()
+}
+
+// mutedLowat is the least SO_RCVLOWAT while muted (mutedMark): more than
+// the small messages of a latency-bound exchange, and small enough for the
+// initial receive buffer, so that the kernel neither grows the buffer nor
+// clamps the window to the mark (tcp_set_rcvlowat).
+const mutedLowat = 32 << 10
+
+// mutedMark is the mark of a muted socket: mutedLowat, or a quarter of the
+// receive buffer once autotuning grew it, so that a stream of large
+// messages, which the pollers drain as it comes, does not cross it either:
+// each crossing wakes the loop's thread, which takes a core from a polling
+// thread. A quarter keeps the mark's window within what the buffer holds
+// (see mutedLowat).
+func mutedMark(fd uintptr) int {
+	rcvbuf, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+	if err != nil {
+		return mutedLowat
+	}
+	return max(mutedLowat, rcvbuf/4)
+}
+
+// raiseMark is the event loop's answer to a muted socket's crossing (token
+// held): the mark follows the receive buffer if autotuning grew it since.
+func raiseMark(fd uintptr) {
+	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, mutedMark(fd))
 }
 
 // watchBusyMax bounds how many watches in a row skip their look because a
@@ -677,8 +722,8 @@ func (rx *rxState) onWatch() {
 	rx.tok.Unlock()
 }
 
-// louden puts a muted socket back into the event loop's readable interest
-// (token held): the pollers stop coming.
+// louden gives a muted socket back to the event loop (token held): the
+// pollers stop coming.
 func (rx *rxState) louden() {
 	if rx.muted.Load() && !rx.ended && !rx.e.dead.Load() {
 		rx.setMuted(false)
@@ -825,7 +870,15 @@ func (rx *rxState) onReadable() {
 		return // a goroutine of the connection reads it (goAway)
 	}
 	e := rx.e
-	rx.tok.Lock()
+	if rx.muted.Load() {
+		// Past the mark: a poller's backlog. Read it unless a poller
+		// is at it.
+		if !rx.tok.TryLock() {
+			return
+		}
+	} else {
+		rx.tok.Lock()
+	}
 	if e.gone.Load() {
 		rx.ended = true // a hard Close: touch the rings no more
 	}
