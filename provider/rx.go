@@ -649,10 +649,14 @@ func (rx *rxState) setMutedFd(fd uintptr, on bool) {
 	if on {
 		lowat = mutedMark(fd)
 	}
+	// Loud before the mark comes down: lowering it wakes the loop at
+	// once, which must not take the socket for a muted one (and leave
+	// it, the token being held here).
+	was := rx.muted.Swap(on)
 	if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, lowat) != nil {
+		rx.muted.Store(was)
 		return
 	}
-	rx.muted.Store(on)
 	rx.armLocked()
 }
 
@@ -871,9 +875,17 @@ func (rx *rxState) onReadable() {
 	}
 	e := rx.e
 	if rx.muted.Load() {
-		// Past the mark: a poller's backlog. Read it unless a poller
-		// is at it.
+		// Past the mark: a poller's backlog. A poller that is at it, or
+		// spins on it (its last visit ended within muteVisitGap), drains
+		// it: reading too would make a second reader, on a core the
+		// pollers or the peer need (ib_write_bw -s 4096 over loopback
+		// ran at 0.55x). One that lost its core leaves it to the loop.
 		if !rx.tok.TryLock() {
+			return
+		}
+		if rx.muted.Load() && time.Since(visitEpoch)-rx.lastVisit < muteVisitGap {
+			_ = e.rc.Control(raiseMark)
+			rx.tok.Unlock()
 			return
 		}
 	} else {
