@@ -144,9 +144,8 @@ func muteByPolling(t *testing.T, p *pair, b []byte, mr *verbs.MR, cb []byte, cmr
 // between messages of their own making, whose gaps (under -race above all)
 // say nothing of a program's spinning; an hour makes every poller spin.
 func withMuteVisitGap(t *testing.T, d time.Duration) {
-	old := muteVisitGap
-	muteVisitGap = d
-	t.Cleanup(func() { muteVisitGap = old })
+	old := muteVisitGap.Swap(int64(d))
+	t.Cleanup(func() { muteVisitGap.Store(old) })
 }
 
 // lowat is the endpoint's SO_RCVLOWAT: 1 while the socket is loud.

@@ -445,8 +445,17 @@ type rxState struct {
 // (qperf's rc_rdma_write_poll_lat) comes back only after the answer is
 // placed; a socket it muted left every answer to the watch: 326-553 us a
 // round trip over TCP on two cores, against 19-35 unmuted. A spinning
-// poller's visits are a system call apart.
-var muteVisitGap = 10 * time.Microsecond
+// poller's visits are a system call apart. Atomic: tests change it while
+// event loops of earlier tests run.
+var muteVisitGap atomic.Int64
+
+func init() { muteVisitGap.Store(int64(10 * time.Microsecond)) }
+
+// pollerSpins reports whether the last poller's visit ended within
+// muteVisitGap (token held).
+func (rx *rxState) pollerSpins() bool {
+	return time.Since(visitEpoch)-rx.lastVisit < time.Duration(muteVisitGap.Load())
+}
 
 var visitEpoch = time.Now()
 
@@ -614,7 +623,7 @@ func (e *Endpoint) Progress() bool {
 	if !rx.tok.TryLock() {
 		return did
 	}
-	rx.spinning = time.Since(visitEpoch)-rx.lastVisit < muteVisitGap
+	rx.spinning = rx.pollerSpins()
 	rx.prog = false
 	_ = e.rc.Control(rx.ctl)
 	rx.lastVisit = time.Since(visitEpoch)
@@ -883,7 +892,7 @@ func (rx *rxState) onReadable() {
 		if !rx.tok.TryLock() {
 			return
 		}
-		if rx.muted.Load() && time.Since(visitEpoch)-rx.lastVisit < muteVisitGap {
+		if rx.muted.Load() && rx.pollerSpins() {
 			_ = e.rc.Control(raiseMark)
 			rx.tok.Unlock()
 			return
