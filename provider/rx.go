@@ -380,11 +380,9 @@ type rxState struct {
 	completed bool
 	// watch is the period of the muted socket's watch (armLocked), set by
 	// the poller that last made progress: see leaseAfterCompletion;
-	// watchT runs it (onWatch), busyWatches counts its looks in a row that
-	// found a poller holding the token.
-	watch       atomic.Int64
-	watchT      *time.Timer
-	busyWatches atomic.Int32
+	// watchT runs it (onWatch).
+	watch  atomic.Int64
+	watchT *time.Timer
 
 	// away: a goroutine of the connection reads it for now (waiting for a
 	// receive buffer, spinning, or closing the stream), and the event loop
@@ -695,11 +693,6 @@ func raiseMark(fd uintptr) {
 	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, mutedMark(fd))
 }
 
-// watchBusyMax bounds how many watches in a row skip their look because a
-// poller held the token: waiting for it would have its Unlock hand it over
-// and wake a thread, on a core the polling program needs, once per watch.
-const watchBusyMax = 8
-
 // armLocked starts the muted socket's watch, or stops a loud one's (token
 // held).
 func (rx *rxState) armLocked() {
@@ -713,18 +706,17 @@ func (rx *rxState) armLocked() {
 
 // onWatch is the muted socket's watch: a lease went by; if no poller came
 // meanwhile (the application went to sleep, or computes), the socket goes
-// back to the event loop.
+// back to the event loop. A token held means a poller is at the socket,
+// which is all the watch wants to know: it looks again a watch later rather
+// than wait, which would have the poller's Unlock hand the token over and
+// wake a thread, on a core the polling program needs. (A holder that
+// unmutes meanwhile stops the watch, and this one then fires once for
+// nothing.)
 func (rx *rxState) onWatch() {
 	if !rx.tok.TryLock() {
-		if rx.busyWatches.Add(1) < watchBusyMax {
-			// A poller is at the socket, which is all the watch wants
-			// to know.
-			rx.watchT.Reset(time.Duration(rx.watch.Load()))
-			return
-		}
-		rx.tok.Lock()
+		rx.watchT.Reset(time.Duration(rx.watch.Load()))
+		return
 	}
-	rx.busyWatches.Store(0)
 	if !rx.ended && rx.muted.Load() {
 		if rx.polls.Load() == rx.watchPolls {
 			rx.setMuted(false) // pollers went away
