@@ -374,6 +374,8 @@ type rxState struct {
 
 	ctl     func(fd uintptr) // bound once: the poller's body under Control
 	loopCtl func(fd uintptr) // bound once: the event loop's (onReadable)
+	loud    func(fd uintptr) // bound once: setMuted(fd, false)
+	mute    func(fd uintptr) // bound once: setMuted(fd, true)
 	prog    bool             // result of ctl and loopCtl
 	// completed: the last pump completed work (a receive, a Read or an
 	// Atomic), which a poller waits for on the CQ.
@@ -516,7 +518,7 @@ func (e *Endpoint) startRX() {
 		if !rx.muted.Load() && !e.qp.EventsArmed() && rx.spinning {
 			// (An application armed for events is about to stop polling;
 			// one whose previous visit was long ago polls now and then.)
-			rx.setMutedFd(fd, true)
+			rx.setMuted(fd, true)
 		}
 	}
 	rx.loopCtl = func(fd uintptr) {
@@ -525,6 +527,8 @@ func (e *Endpoint) startRX() {
 			raiseMark(fd)
 		}
 	}
+	rx.loud = func(fd uintptr) { rx.setMuted(fd, false) }
+	rx.mute = func(fd uintptr) { rx.setMuted(fd, true) }
 	if e.shm == nil {
 		// Before pollers can see rx (they may mute the socket at once).
 		rx.watchT = time.AfterFunc(time.Hour, rx.onWatch)
@@ -628,7 +632,7 @@ func (e *Endpoint) Progress() bool {
 	if rx.prog {
 		rx.idlePolls.Store(0)
 	} else if rx.idlePolls.Add(1) == pollIdleLimit && rx.muted.Load() {
-		rx.setMuted(false) // the event loop takes over
+		_ = e.rc.Control(rx.loud) // the event loop takes over
 	}
 	did, ended := did || rx.prog, rx.ended
 	rnr, since := rx.rnrWait && !ended, rx.rnrSince
@@ -647,11 +651,7 @@ func (e *Endpoint) Progress() bool {
 // setMuted raises or lowers the socket's SO_RCVLOWAT (token held): muted,
 // only a backlog past the mark wakes the event loop (a poller that was
 // preempted); lowering the mark reports what is queued.
-func (rx *rxState) setMuted(on bool) {
-	_ = rx.e.s.Control(func(fd uintptr) { rx.setMutedFd(fd, on) })
-}
-
-func (rx *rxState) setMutedFd(fd uintptr, on bool) {
+func (rx *rxState) setMuted(fd uintptr, on bool) {
 	lowat := 1
 	if on {
 		lowat = mutedMark(fd)
@@ -719,7 +719,7 @@ func (rx *rxState) onWatch() {
 	}
 	if !rx.ended && rx.muted.Load() {
 		if rx.polls.Load() == rx.watchPolls {
-			rx.setMuted(false) // pollers went away
+			_ = rx.e.rc.Control(rx.loud) // pollers went away
 		} else {
 			rx.armLocked()
 		}
@@ -731,7 +731,7 @@ func (rx *rxState) onWatch() {
 // pollers stop coming.
 func (rx *rxState) louden() {
 	if rx.muted.Load() && !rx.ended && !rx.e.dead.Load() {
-		rx.setMuted(false)
+		_ = rx.e.rc.Control(rx.loud)
 	}
 }
 

@@ -47,7 +47,7 @@ func (rx *rxState) spin() {
 	if tcp {
 		rx.tok.Lock()
 		if !rx.muted.Load() && !rx.ended {
-			rx.setMuted(true)
+			_ = e.rc.Control(rx.mute)
 			unmute = true
 		}
 		rx.tok.Unlock()
@@ -57,7 +57,7 @@ func (rx *rxState) spin() {
 		if unmute {
 			rx.tok.Lock()
 			if rx.muted.Load() && !rx.ended {
-				rx.setMuted(false)
+				_ = e.rc.Control(rx.loud)
 			}
 			rx.tok.Unlock()
 		}
