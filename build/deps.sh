@@ -2,7 +2,8 @@
 # deps.sh [all|build|bench]: installs the Debian packages goiwarp needs
 # (idempotent, noninteractive). "build" = enough to build and run the main job;
 # "all" (the default) = everything the tests need; "bench" = the build plus the
-# references bench/compare.sh measures against. Runs apt-get only when something
+# references bench/compare.sh measures against and the programs of bench/ab.py,
+# rsockets.py and netpath.py. Runs apt-get only when something
 # is missing.
 set -euo pipefail
 # dpkg-dev: dpkg-shlibdeps and dpkg-architecture, for `cpack -G DEB` (docs/install.md).
@@ -17,7 +18,7 @@ test_pkgs=(qperf tshark iperf3 python3 python3-pyverbs procps iproute2 coreutils
 interop_pkgs=(qemu-system-x86 busybox-static ibverbs-providers tcpdump kmod cpio gzip xz-utils
   make gcc libelf-dev bc linux-headers-amd64)
 optional_pkgs=(dwarves)   # pahole, for the ABI test; installed when apt has it
-bench_pkgs=(qperf iperf3 ucx-utils strace python3 procps)
+bench_pkgs=(qperf iperf3 ucx-utils strace python3 procps fio sockperf libfabric-bin)
 
 want=("${build_pkgs[@]}")
 [[ ${1:-all} == all ]] && want+=("${test_pkgs[@]}" "${interop_pkgs[@]}" "${optional_pkgs[@]}")
