@@ -102,3 +102,49 @@ func TestHardCloseReleasesHandedToken(t *testing.T) {
 	p.cli.postSend(sqe(9, verbs.WRSend, verbs.SendSignaled, sge(smr, src, 0, 64)))
 	flushed(t, p.cli.scq, 9)
 }
+
+// TestDoorbellAfterPollTransmits: however soon after the previous doorbell,
+// a post that follows a poll of the QP's CQs transmits on the posting
+// thread (a ping-pong polls for the answer before it posts again); a post
+// that follows a post with no poll between them is a burst and is handed
+// over.
+func TestDoorbellAfterPollTransmits(t *testing.T) {
+	old := burstGap
+	burstGap = time.Hour
+	t.Cleanup(func() { burstGap = old })
+	p := connectPair(t, pairOpts{})
+	e := p.cli.ep
+	// Nobody takes a hand-over then but the client's own poller.
+	e.stopTxLoop()
+	<-e.txDone
+	const size = 64
+	src, smr := p.cli.mem(3*size, 0)
+	rbuf, rmr := p.srv.mem(3*size, 0)
+	for i := range 3 {
+		p.srv.postRecv(rqe(uint64(100+i), sge(rmr, rbuf, i*size, size)))
+	}
+	send := func(i int) {
+		p.cli.postSend(sqe(uint64(i), verbs.WRSend, verbs.SendSignaled, sge(smr, src, i*size, size)))
+	}
+	received := func(i int) { // placed by the server's event loop: no poller of the process helps the client's QP
+		c := pollCQ(t, p.srv.rcq, 5*time.Second)
+		require.EqualValues(t, verbs.WCSuccess, c.Status)
+		require.EqualValues(t, 100+i, c.WRID)
+	}
+
+	p.cli.scq.Progress() // an empty poll
+	send(0)
+	received(0)
+	require.EqualValues(t, 0, pollCQ(t, p.cli.scq, time.Second).WRID) // a completion taken
+	send(1)
+	received(1)
+
+	send(2) // no poll since the last post
+	for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); {
+		require.True(t, cqEmpty(p.srv.rcq), "a burst's post went out on the posting thread")
+		time.Sleep(time.Millisecond)
+	}
+	require.EqualValues(t, 1, pollProgress(t, p.cli.scq, time.Second).WRID)
+	require.EqualValues(t, 2, pollProgress(t, p.cli.scq, 5*time.Second).WRID) // the poller sends it
+	received(2)
+}

@@ -624,6 +624,9 @@ func (e *Endpoint) Close(graceful bool) {
 	if !started {
 		return
 	}
+	if rx := e.rx.Load(); rx != nil && e.shm == nil {
+		rx.unparkAsync() // a receive path waiting for a buffer ends now
+	}
 	if l := e.shm; l != nil {
 		l.closeTarget()
 	}

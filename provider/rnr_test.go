@@ -115,3 +115,19 @@ func TestRNRTimeoutAfterDisconnect(t *testing.T) {
 	c.wait(Disconnected, to)
 	require.Equal(t, verbs.QPSErr, s.qp.State())
 }
+
+// A hard Close (destroy_qp) of a QP whose receive path waits for a buffer
+// returns at once, not at the RNR timeout: nothing but the application's
+// post_recv or the timeout would read on otherwise.
+func TestRNRWaitHardClose(t *testing.T) {
+	pol := DefaultPolicy()
+	pol.RNRTimeout = time.Minute
+	p := connectPair(t, pairOpts{cliPol: pol, srvPol: pol})
+	c, s := p.cli, p.srv
+	src, smr := c.mem(4096, 0)
+	c.postSend(sqe(1, verbs.WRSend, verbs.SendSignaled, sge(smr, src, 0, 100)))
+	waitRNR(t, s)
+	start := time.Now()
+	s.ep.Close(false)
+	require.Less(t, time.Since(start), 5*time.Second)
+}

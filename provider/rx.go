@@ -386,11 +386,17 @@ type rxState struct {
 	watch  atomic.Int64
 	watchT *time.Timer
 
-	// away: a goroutine of the connection reads it for now (waiting for a
-	// receive buffer, spinning, or closing the stream), and the event loop
-	// leaves it alone; finishing: the stream's end is being closed.
+	// away: a goroutine of the connection reads it for now (spinning, or
+	// closing the stream), or it waits for a receive buffer (parked), and
+	// the event loop leaves it alone; finishing: the stream's end is being
+	// closed.
 	away      atomic.Bool
 	finishing atomic.Bool
+	// parked: a TCP connection's receive path waits for a receive buffer
+	// (parkForRecv); the application's post_recv (RecvPosted) or rnrT, at
+	// the RNR timeout, reads on.
+	parked atomic.Bool
+	rnrT   *time.Timer
 
 	// Receiver not ready: the current FPDU's header is parsed and it needs
 	// a receive buffer that is not posted yet. rnrSince is when the wait
@@ -398,10 +404,10 @@ type rxState struct {
 	rnrTimeout time.Duration
 	rnrSince   time.Time
 	rnrWait    bool
-	// rnrKick: on a same-host connection, a poller stopped for a receive
-	// buffer and woke the RX goroutine so that it waits for the buffer
-	// (and the timeout) even if nobody polls any more.
-	rnrKick atomic.Bool
+	// kicked: on a same-host connection, a poller woke the RX goroutine
+	// for work only it does: wait for a receive buffer (and the timeout)
+	// even if nobody polls any more, or close the stream that ended.
+	kicked atomic.Bool
 
 	// idlePolls counts pollers' visits in a row that found nothing; from
 	// pollIdleLimit on, pollers read only once in pollQuietProbe visits
@@ -533,6 +539,8 @@ func (e *Endpoint) startRX() {
 		// Before pollers can see rx (they may mute the socket at once).
 		rx.watchT = time.AfterFunc(time.Hour, rx.onWatch)
 		rx.watchT.Stop()
+		rx.rnrT = time.AfterFunc(time.Hour, rx.unpark)
+		rx.rnrT.Stop()
 	}
 	e.rx.Store(rx)
 	if e.shm != nil {
@@ -640,7 +648,7 @@ func (e *Endpoint) Progress() bool {
 	if rnr {
 		// Wait for the receive buffer (and the timeout) even if nobody
 		// polls any more.
-		rx.goAway(func() { rx.awaitRecv(since) })
+		rx.parkForRecv(since)
 	}
 	if ended {
 		rx.finishAsync()
@@ -773,7 +781,7 @@ func (rx *rxState) progressShm() bool {
 		rx.idlePolls.Store(0)
 		l.pollReads.Add(1)
 	}
-	if rx.rnrWait && !rx.ended && !rx.rnrKick.Swap(true) || rx.ended && did {
+	if rx.rnrWait && !rx.ended && !rx.kicked.Swap(true) || rx.ended && did && !rx.kicked.Swap(true) {
 		// The RX goroutine waits for the receive buffer (and the RNR
 		// timeout), or closes the stream. Under the token: the link's
 		// fds stay open until the RX goroutine took it for the last time.
@@ -811,7 +819,18 @@ func (rx *rxState) loopShm() {
 	nap := false
 	for {
 		done := l.tcpDone.Load() // before the pump: what preceded the FIN is in the ring
-		rx.tok.Lock()
+		if !rx.tok.TryLock() {
+			if nap && !e.qp.EventsArmed() && !rx.kicked.Load() {
+				// A poller is at the ring: leave it another lease.
+				// Queueing for the token would have the poller's
+				// Unlock wake this goroutine's thread, on a core the
+				// polling program needs (same-host ib_send_lat: one
+				// round trip in 250).
+				rx.napShm()
+				continue
+			}
+			rx.tok.Lock()
+		}
 		got := false
 		if !rx.ended && !e.gone.Load() && rx.pump(0) {
 			rx.idlePolls.Store(0)
@@ -824,7 +843,7 @@ func (rx *rxState) loopShm() {
 		}
 		ended := rx.ended || e.gone.Load()
 		rnr, since := rx.rnrWait && !ended, rx.rnrSince
-		rx.rnrKick.Store(false)
+		rx.kicked.Store(false)
 		if done && !ended && !rnr {
 			rx.ended = true
 			rx.tok.Unlock()
@@ -917,7 +936,7 @@ func (rx *rxState) onReadable() {
 		// Stop reading (TCP back-pressure) until a receive is posted
 		// or the RNR timeout passes; the next pump retries (and
 		// Terminates once the time is up).
-		rx.goAway(func() { rx.awaitRecv(since) })
+		rx.parkForRecv(since)
 		return
 	case got && spinAllowed(rx.spinWindow):
 		rx.goAway(rx.spinAway)
@@ -946,6 +965,71 @@ func (rx *rxState) back() {
 func (rx *rxState) awaitRecv(since time.Time) {
 	rx.waitRecv(since)
 	rx.back()
+}
+
+// parkForRecv leaves a TCP connection unread (back-pressure) while its
+// receive path waits for a receive buffer: the application's post_recv
+// reads on, on its own thread (RecvPosted), or rnrT when the RNR timeout
+// is up (the pump then Terminates). No goroutine waits: a storage server
+// that reposts its one receive per request after the next Send arrived
+// paid a goroutine, a timer and two wake-ups a message (fio's rdma Sends
+// at depth 1 over TCP: a third of the requests).
+func (rx *rxState) parkForRecv(since time.Time) {
+	if !rx.away.CompareAndSwap(false, true) {
+		return
+	}
+	e := rx.e
+	left := rx.rnrTimeout - time.Since(since)
+	rx.parked.Store(true) // before ArmRecvWait: RecvPosted after it sees it
+	if left <= 0 || e.dead.Load() || e.qp.ArmRecvWait() {
+		// Time is up, or a receive came meanwhile: read on now, on a
+		// goroutine (the caller may be the loop or a poller in the pump's
+		// aftermath; this is the rare path).
+		if rx.parked.CompareAndSwap(true, false) {
+			go rx.back()
+		}
+		return
+	}
+	rx.rnrT.Reset(left)
+}
+
+// RecvPosted is verbs.RecvWaiter's: the application posted a receive while
+// the receive path waited for one.
+func (e *Endpoint) RecvPosted() {
+	if rx := e.rx.Load(); rx != nil && e.shm == nil {
+		rx.unpark()
+	}
+}
+
+// unpark ends a park (parkForRecv), once, and has whoever drives the
+// connection read on: its pollers, while they keep it muted (their next
+// visit reads); the caller, when the application waits for events (its
+// post_recv thread would only go to sleep: fio's Sends at depth 1 ran at
+// twice the rate so); else the event loop's way, a goroutine. (One
+// polling thread serving 64 QPs lost a quarter of its rate reading each
+// socket inside its post_recv.)
+func (rx *rxState) unpark() {
+	if !rx.parked.CompareAndSwap(true, false) {
+		return
+	}
+	rx.rnrT.Stop()
+	switch {
+	case rx.muted.Load():
+		rx.away.Store(false)
+	case rx.e.qp.EventsArmed():
+		rx.back()
+	default:
+		go rx.back()
+	}
+}
+
+// unparkAsync is unpark for a hard Close, which waits for the receive
+// path's end: on a goroutine, as the caller may hold verbs locks.
+func (rx *rxState) unparkAsync() {
+	if rx.parked.CompareAndSwap(true, false) {
+		rx.rnrT.Stop()
+		go rx.back()
+	}
 }
 
 func (rx *rxState) spinAway() {

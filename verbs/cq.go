@@ -61,6 +61,22 @@ type CQ struct {
 	armed atomic.Bool
 
 	turn schedTurn // of the threads that poll it or post to its QPs
+
+	// emptyPolls counts the polls that found the CQ empty and came to the
+	// engine (Progress); with the ring's consumer index it tells whether
+	// the application looked at the CQ since some earlier moment (Looked).
+	// live is Ring for readers without cq.mu; a ring Resize replaced stays
+	// mapped (retired) until Destroy, so such a reader never touches
+	// unmapped memory.
+	emptyPolls atomic.Uint32
+	live       atomic.Pointer[Ring]
+	retired    []*Ring
+}
+
+// Looked changes whenever the application polls the CQ: a poll that finds
+// it empty (Progress) or takes a completion from the ring.
+func (cq *CQ) Looked() uint64 {
+	return uint64(cq.emptyPolls.Load())<<32 | uint64(cq.live.Load().cons())
 }
 
 func (cq *CQ) register(qp *QP) {
@@ -120,6 +136,7 @@ func (cq *CQ) updateActiveLocked() {
 // did something.
 func (cq *CQ) Progress() bool {
 	cq.turn.tick()
+	cq.emptyPolls.Add(1)
 	p := cq.qps.Load()
 	if p == nil {
 		return false
@@ -269,10 +286,13 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel, cookie uintptr) (*CQ, error
 	if err != nil {
 		return nil, err
 	}
-	return &CQ{Ctx: c, Ring: r, Chan: ch, Cookie: cookie}, nil
+	cq := &CQ{Ctx: c, Ring: r, Chan: ch, Cookie: cookie}
+	cq.live.Store(r)
+	return cq, nil
 }
 
-// Resize replaces the ring by a bigger one; the caller (capi) holds the
+// Resize replaces the ring by a bigger one (the old one stays mapped until
+// Destroy: see live); the caller (capi) holds the
 // poller's lock so nobody consumes meanwhile. Pending CQEs are moved over.
 func (cq *CQ) Resize(cqe int) error {
 	if cqe < 1 || cqe > MaxCQE {
@@ -296,7 +316,8 @@ func (cq *CQ) Resize(cqe int) error {
 	r.hdr.Notify = atomic.LoadUint32(&old.hdr.Notify)
 	r.hdr.Active = atomic.LoadUint32(&old.hdr.Active)
 	cq.Ring = r
-	old.free()
+	cq.live.Store(r)
+	cq.retired = append(cq.retired, old)
 	return nil
 }
 
@@ -350,5 +371,9 @@ const (
 func (cq *CQ) Destroy() {
 	cq.mu.Lock()
 	cq.Ring.free()
+	for _, r := range cq.retired {
+		r.free()
+	}
+	cq.retired = nil
 	cq.mu.Unlock()
 }

@@ -34,6 +34,13 @@ type AccessWatcher interface {
 	AccessChanged()
 }
 
+// RecvWaiter is a Transport whose receive path, waiting for a receive
+// buffer, reads on when the application posts one (RecvPosted, on the
+// posting thread; no verbs lock held).
+type RecvWaiter interface {
+	RecvPosted()
+}
+
 type progHolder struct{ t Transport }
 
 // QPCaps are the queue sizes of a QP.
@@ -454,6 +461,15 @@ func (qp *QP) Attach(conn Transport, ird, ord uint8) error {
 	return nil
 }
 
+// Looked changes whenever the application polls a CQ of the QP (CQ.Looked).
+func (qp *QP) Looked() uint64 {
+	l := qp.SendCQ.Looked()
+	if qp.RecvCQ != qp.SendCQ {
+		l += qp.RecvCQ.Looked()
+	}
+	return l
+}
+
 // EventsArmed reports whether a CQ of the QP is armed for an event: the
 // application waits on its channel between polls.
 func (qp *QP) EventsArmed() bool {
@@ -677,6 +693,11 @@ func (qp *QP) wakeRecv() {
 	select {
 	case qp.recvWake <- struct{}{}:
 	default:
+	}
+	if h := qp.prog.Load(); h != nil {
+		if w, ok := h.t.(RecvWaiter); ok {
+			w.RecvPosted()
+		}
 	}
 }
 

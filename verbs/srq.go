@@ -100,10 +100,16 @@ func (s *SRQ) take() (RQE, bool) {
 // set: it wakes the receive paths of the QPs using the SRQ.
 func (s *SRQ) PostDoorbell() {
 	s.mu.Lock()
+	qps := make([]*QP, 0, len(s.qps))
 	for qp := range s.qps {
-		qp.wakeRecv()
+		qps = append(qps, qp)
 	}
 	s.mu.Unlock()
+	// Outside s.mu: a receive path woken here may read on at once, on this
+	// thread, and take from the SRQ.
+	for _, qp := range qps {
+		qp.wakeRecv()
+	}
 }
 
 // Destroy frees the ring.
