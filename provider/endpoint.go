@@ -624,8 +624,10 @@ func (e *Endpoint) Close(graceful bool) {
 	if !started {
 		return
 	}
-	if rx := e.rx.Load(); rx != nil && e.shm == nil {
-		rx.unparkAsync() // a receive path waiting for a buffer ends now
+	if rx := e.rx.Load(); rx != nil && rx.endPark() {
+		// A receive path waiting for a buffer ends now; on a goroutine,
+		// as the caller may hold verbs locks.
+		go rx.back()
 	}
 	if l := e.shm; l != nil {
 		l.closeTarget()

@@ -539,7 +539,11 @@ func (e *Endpoint) startRX() {
 		// Before pollers can see rx (they may mute the socket at once).
 		rx.watchT = time.AfterFunc(time.Hour, rx.onWatch)
 		rx.watchT.Stop()
-		rx.rnrT = time.AfterFunc(time.Hour, rx.unpark)
+		rx.rnrT = time.AfterFunc(time.Hour, func() {
+			if rx.endPark() {
+				rx.back() // the pump Terminates: the time is up
+			}
+		})
 		rx.rnrT.Stop()
 	}
 	e.rx.Store(rx)
@@ -781,7 +785,7 @@ func (rx *rxState) progressShm() bool {
 		rx.idlePolls.Store(0)
 		l.pollReads.Add(1)
 	}
-	if rx.rnrWait && !rx.ended && !rx.kicked.Swap(true) || rx.ended && did && !rx.kicked.Swap(true) {
+	if (rx.rnrWait && !rx.ended || rx.ended && did) && !rx.kicked.Swap(true) {
 		// The RX goroutine waits for the receive buffer (and the RNR
 		// timeout), or closes the stream. Under the token: the link's
 		// fds stay open until the RX goroutine took it for the last time.
@@ -962,11 +966,6 @@ func (rx *rxState) back() {
 	rx.onReadable()
 }
 
-func (rx *rxState) awaitRecv(since time.Time) {
-	rx.waitRecv(since)
-	rx.back()
-}
-
 // parkForRecv leaves a TCP connection unread (back-pressure) while its
 // receive path waits for a receive buffer: the application's post_recv
 // reads on, on its own thread (RecvPosted), or rnrT when the RNR timeout
@@ -985,7 +984,7 @@ func (rx *rxState) parkForRecv(since time.Time) {
 		// Time is up, or a receive came meanwhile: read on now, on a
 		// goroutine (the caller may be the loop or a poller in the pump's
 		// aftermath; this is the rare path).
-		if rx.parked.CompareAndSwap(true, false) {
+		if rx.endPark() {
 			go rx.back()
 		}
 		return
@@ -996,9 +995,19 @@ func (rx *rxState) parkForRecv(since time.Time) {
 // RecvPosted is verbs.RecvWaiter's: the application posted a receive while
 // the receive path waited for one.
 func (e *Endpoint) RecvPosted() {
-	if rx := e.rx.Load(); rx != nil && e.shm == nil {
+	if rx := e.rx.Load(); rx != nil {
 		rx.unpark()
 	}
+}
+
+// endPark ends a park, once: it reports whether the caller is the one to
+// have the connection read on.
+func (rx *rxState) endPark() bool {
+	if !rx.parked.CompareAndSwap(true, false) {
+		return false // never parked (a same-host ring's goroutine waits itself)
+	}
+	rx.rnrT.Stop()
+	return true
 }
 
 // unpark ends a park (parkForRecv), once, and has whoever drives the
@@ -1009,25 +1018,15 @@ func (e *Endpoint) RecvPosted() {
 // polling thread serving 64 QPs lost a quarter of its rate reading each
 // socket inside its post_recv.)
 func (rx *rxState) unpark() {
-	if !rx.parked.CompareAndSwap(true, false) {
+	if !rx.endPark() {
 		return
 	}
-	rx.rnrT.Stop()
 	switch {
 	case rx.muted.Load():
 		rx.away.Store(false)
 	case rx.e.qp.EventsArmed():
 		rx.back()
 	default:
-		go rx.back()
-	}
-}
-
-// unparkAsync is unpark for a hard Close, which waits for the receive
-// path's end: on a goroutine, as the caller may hold verbs locks.
-func (rx *rxState) unparkAsync() {
-	if rx.parked.CompareAndSwap(true, false) {
-		rx.rnrT.Stop()
 		go rx.back()
 	}
 }

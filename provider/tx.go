@@ -121,7 +121,7 @@ type txState struct {
 	tokSync atomic.Uint32
 
 	// lastKick: when the last doorbell (Kick) returned, in ns since epoch;
-	// lastLooked: the QP's Looked then (the TX token's, as Kick is).
+	// lastLooked: the QP's Looked when it rang (the TX token's, as Kick is).
 	lastKick   atomic.Int64
 	lastLooked uint64
 
@@ -325,7 +325,8 @@ var epoch = time.Now()
 func (e *Endpoint) Kick() {
 	t := &e.tx
 	t.tokSync.Load()
-	burst := time.Since(epoch)-time.Duration(t.lastKick.Load()) < burstGap && e.qp.Looked() == t.lastLooked
+	looked := e.qp.Looked()
+	burst := time.Since(epoch)-time.Duration(t.lastKick.Load()) < burstGap && looked == t.lastLooked
 	e.life.RLock()
 	// Not once dead: a token holder may have stopped the TX goroutine (the
 	// transmitter that sees dead flushes and stops it), and nobody would
@@ -336,7 +337,7 @@ func (e *Endpoint) Kick() {
 		t.run()
 	}
 	e.life.RUnlock()
-	t.lastLooked = e.qp.Looked()
+	t.lastLooked = looked
 	t.lastKick.Store(int64(time.Since(epoch)))
 }
 
