@@ -16,7 +16,8 @@ GOIWARP_SHM=0, shm takes the default same-host path, both runs every row on
 each. Rows (issue 30's matrix):
   perftest -R: ib_{write,send,read}_bw -s 4 KiB/64 KiB/1 MiB -D S,
   ib_write_bw -q 4 -s 65536, ib_{send,write,read}_lat -s 2 -n 20000
-  (typical and 99 %), ib_write_bw -s 8 message rate;
+  (typical and 99 %), ib_write_bw -s 8 message rate; ib_send_lat -s 2 -e
+  (event mode);
   qperf -cm1 rc_rdma_write_poll_lat and rc_lat (event mode, qperf's default),
   rping -C 2000 -S 64 wall-clock per round trip;
   oversubscribed: two ib_write_bw -s 65536 pairs at once (sum), two
@@ -328,6 +329,8 @@ def rows(a):
     for prog in ("ib_send_lat", "ib_write_lat", "ib_read_lat"):
         R.append(("%s -s 2" % prog, "lat", lambda s, prog=prog: one(perftest(s, prog, lat))))
     R.append(("ib_write_bw -s 8 rate", "rate", lambda s: one(perftest(s, "ib_write_bw", ["-s", "8"], a.secs))))
+    # Event mode (-e): the programs sleep in ibv_get_cq_event between completions.
+    R.append(("ib_send_lat -s 2 -e", "lat", lambda s: one(perftest(s, "ib_send_lat", lat + ["-e"]))))
     for test in ("rc_rdma_write_poll_lat", "rc_lat"):
         R.append(("qperf %s" % test, "lat", lambda s, test=test: qperf(s, test, a.secs)))
     R.append(("rping -C 2000 -S 64 (round trip)", "lat", lambda s: rping(s, 2000, 64)))

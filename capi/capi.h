@@ -136,6 +136,10 @@ struct gcapi_channel {
 	struct ibv_comp_channel ch;
 	pthread_mutex_t lock; /* guards ch.refcnt */
 	uintptr_t h;
+	/* events the engine wrote to the fd, and those ibv_get_cq_event read
+	 * (atomics): while they differ, one is there to read */
+	uint64_t fired __attribute__((aligned(8)));
+	uint64_t taken;
 };
 
 struct gcapi_cq {

@@ -6,6 +6,7 @@ package main
 import "C"
 
 import (
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goiwarp/goiwarp/verbs"
@@ -65,11 +66,12 @@ func goVerbsDeregMR(h C.uintptr_t) {
 // ---- completion channels and CQs -------------------------------------------
 
 //export goVerbsCreateChannel
-func goVerbsCreateChannel(outH *C.uintptr_t, outFD *C.int) C.int {
+func goVerbsCreateChannel(outH *C.uintptr_t, outFD *C.int, fired *C.uint64_t) C.int {
 	ch, err := verbs.NewCompChannel()
 	if err != nil {
 		return errnoOf(err)
 	}
+	ch.FireCount((*atomic.Uint64)(unsafe.Pointer(fired)))
 	*outH = newHandle(ch)
 	*outFD = C.int(ch.FD())
 	return 0
@@ -81,6 +83,23 @@ func goVerbsDestroyChannel(h C.uintptr_t) {
 		ch.Close()
 	}
 	deleteHandle(h)
+}
+
+//export goVerbsChannelWaitFDs
+func goVerbsChannelWaitFDs(h C.uintptr_t, fds *C.int32_t, n C.int) C.int {
+	ch := handleValue[*verbs.CompChannel](h)
+	if ch == nil || n <= 0 {
+		return 0
+	}
+	return C.int(ch.WaitFDs(unsafe.Slice((*int32)(unsafe.Pointer(fds)), int(n))))
+}
+
+//export goVerbsChannelWaitRead
+func goVerbsChannelWaitRead(h C.uintptr_t, fd C.int32_t) C.int {
+	if ch := handleValue[*verbs.CompChannel](h); ch != nil && ch.WaitRead(int32(fd)) {
+		return 1
+	}
+	return 0
 }
 
 //export goVerbsCreateCQ

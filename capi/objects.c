@@ -1,6 +1,9 @@
 /* Control path of PDs, MRs, completion channels, CQs, QPs and SRQs, and
  * the verbs iWARP refuses. */
 #define _GNU_SOURCE
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -217,7 +220,7 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return gcapi_errp(ENOMEM);
-	e = goVerbsCreateChannel(&c->h, &fd);
+	e = goVerbsCreateChannel(&c->h, &fd, &c->fired);
 	if (e) {
 		free(c);
 		return gcapi_errp(e);
@@ -260,6 +263,63 @@ static void channel_ref(struct ibv_comp_channel *ch, int d)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* poll(2) fails with EINTR whenever a signal handler ran, where read(2) on
+ * the channel would have restarted for a handler installed with
+ * SA_RESTART: the caller sees EINTR only if some handler lacks it. */
+static int eintr_visible(void)
+{
+	for (int s = 1; s < NSIG; s++) {
+		struct sigaction sa;
+
+		if (s == SIGKILL || s == SIGSTOP || sigaction(s, NULL, &sa) != 0)
+			continue;
+		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
+			return 1;
+	}
+	return 0;
+}
+
+#define WAIT_FDS 16
+
+/*
+ * channel_wait returns when the channel has an event to read (or -1 with
+ * errno EINTR). Meanwhile the thread waits on the sockets of the QPs that
+ * complete into the channel's armed CQs as well, and reads them itself when
+ * data comes: what it waits for is usually in it, and the application's own
+ * thread places it instead of the event loop's waking first and then this
+ * one. Where somebody else reads (the loop woke too), or nothing is left to
+ * read this way, it waits for the channel alone.
+ */
+static int channel_wait(struct gcapi_channel *c)
+{
+	struct pollfd p[1 + WAIT_FDS];
+	int32_t fds[WAIT_FDS];
+
+	for (;;) {
+		int n = goVerbsChannelWaitFDs(c->h, fds, WAIT_FDS);
+		if (n <= 0)
+			return 0;
+		p[0] = (struct pollfd){ .fd = c->ch.fd, .events = POLLIN };
+		for (int i = 0; i < n; i++)
+			p[1 + i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
+		if (poll(p, n + 1, -1) < 0) {
+			if (errno != EINTR)
+				return 0;
+			if (eintr_visible())
+				return -1;
+			continue;
+		}
+		if (p[0].revents)
+			return 0;
+		int did = 0;
+		for (int i = 0; i < n; i++)
+			if (p[1 + i].revents)
+				did |= goVerbsChannelWaitRead(c->h, fds[i]);
+		if (!did)
+			return 0;
+	}
+}
+
 int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_context)
 {
 	uint64_t rec;
@@ -272,7 +332,14 @@ int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_
 		errno = EPERM;
 		return -1;
 	}
+	struct gcapi_channel *gc = (struct gcapi_channel *)ch;
 	for (;;) {
+		if (__atomic_load_n(&gc->fired, __ATOMIC_ACQUIRE) == __atomic_load_n(&gc->taken, __ATOMIC_RELAXED)) {
+			/* nothing to read yet: a blocking channel waits here */
+			int fl = fcntl(ch->fd, F_GETFL);
+			if (fl >= 0 && !(fl & O_NONBLOCK) && channel_wait(gc) < 0)
+				return -1;
+		}
 		ssize_t n = read(ch->fd, &rec, sizeof(rec));
 		if (n < 0)
 			return -1; /* EAGAIN on an O_NONBLOCK channel; EINTR as rdma-core */
@@ -280,6 +347,7 @@ int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_
 			errno = EIO;
 			return -1;
 		}
+		__atomic_add_fetch(&gc->taken, 1, __ATOMIC_RELAXED);
 		struct gcapi_cq *c = (struct gcapi_cq *)(uintptr_t)rec;
 		if (!gcapi_live_deliver(c, &c->comp_delivered))
 			continue; /* the CQ was destroyed after the event was queued */

@@ -3,6 +3,7 @@ package verbs
 import (
 	"encoding/binary"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,110 @@ import (
 // polls. Each record is the address of the C struct ibv_cq that fired.
 type CompChannel struct {
 	r, w int
+
+	// The CQs bound to the channel, copy on write under mu, for a thread
+	// about to sleep on it (WaitFDs).
+	mu  sync.Mutex
+	cqs atomic.Pointer[[]*CQ]
+
+	// fired counts the events written (FireCount), where the C side
+	// counts those it read: an event waiting is read at once, without a
+	// system call to look.
+	fired *atomic.Uint64
+}
+
+// FireCount has the channel count the events it writes in *n (memory
+// that outlives the channel).
+func (ch *CompChannel) FireCount(n *atomic.Uint64) { ch.fired = n }
+
+// WaitReader is a Transport whose arrivals a thread waiting on a completion
+// channel can read itself (ibv_get_cq_event): the application's own call
+// makes the progress it waits for, one thread woken instead of the event
+// loop's and then the application's.
+type WaitReader interface {
+	// WaitFD is the descriptor whose readability means arrivals that no
+	// poller or goroutine of the connection reads, or -1.
+	WaitFD() int
+	// WaitRead reads and processes what arrived, as the event loop does,
+	// unless somebody else reads it; it reports whether anything was
+	// consumed.
+	WaitRead() bool
+}
+
+func (ch *CompChannel) bind(cq *CQ, on bool) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	var l []*CQ
+	if p := ch.cqs.Load(); p != nil {
+		for _, c := range *p {
+			if c != cq {
+				l = append(l, c)
+			}
+		}
+	}
+	if on {
+		l = append(l, cq)
+	}
+	ch.cqs.Store(&l)
+}
+
+// eachWaitReader calls fn for the WaitReaders of the QPs completing into
+// the channel's armed CQs (the ones whose events the caller waits for)
+// until fn returns false.
+func (ch *CompChannel) eachWaitReader(fn func(WaitReader) bool) {
+	p := ch.cqs.Load()
+	if p == nil {
+		return
+	}
+	for _, cq := range *p {
+		if !cq.armed.Load() {
+			continue
+		}
+		qps := cq.qps.Load()
+		if qps == nil {
+			continue
+		}
+		for _, qp := range *qps {
+			if h := qp.prog.Load(); h != nil {
+				if w, ok := h.t.(WaitReader); ok && !fn(w) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// WaitFDs fills fds with the descriptors a thread about to sleep on the
+// channel may wait on beside it, and read itself when they turn readable
+// (WaitRead); it returns how many.
+func (ch *CompChannel) WaitFDs(fds []int32) int {
+	n := 0
+	ch.eachWaitReader(func(w WaitReader) bool {
+		if n == len(fds) {
+			return false
+		}
+		if fd := w.WaitFD(); fd >= 0 && !slices.Contains(fds[:n], int32(fd)) {
+			fds[n] = int32(fd)
+			n++
+		}
+		return true
+	})
+	return n
+}
+
+// WaitRead reads the connection whose descriptor WaitFDs gave as fd; it
+// reports whether anything was consumed (false: somebody else reads it, or
+// it is no longer the channel's to read).
+func (ch *CompChannel) WaitRead(fd int32) bool {
+	did := false
+	ch.eachWaitReader(func(w WaitReader) bool {
+		if w.WaitFD() != int(fd) {
+			return true
+		}
+		did = w.WaitRead()
+		return false
+	})
+	return did
 }
 
 // NewCompChannel creates a completion channel.
@@ -38,7 +143,12 @@ func (ch *CompChannel) Close() {
 func (ch *CompChannel) signal(cookie uintptr) {
 	var rec [8]byte
 	binary.NativeEndian.PutUint64(rec[:], uint64(cookie))
-	_, _ = unix.Write(ch.w, rec[:])
+	if ch.fired != nil {
+		ch.fired.Add(1) // before the write: a reader that sees it waits for the record
+	}
+	if n, _ := unix.Write(ch.w, rec[:]); n != len(rec) && ch.fired != nil {
+		ch.fired.Add(^uint64(0)) // the pipe is full: the event is lost
+	}
 }
 
 // CQ is a completion queue. The engine produces CQEs, capi's poll_cq consumes.
@@ -288,6 +398,9 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel, cookie uintptr) (*CQ, error
 	}
 	cq := &CQ{Ctx: c, Ring: r, Chan: ch, Cookie: cookie}
 	cq.live.Store(r)
+	if ch != nil {
+		ch.bind(cq, true)
+	}
 	return cq, nil
 }
 
@@ -369,6 +482,9 @@ const (
 
 // Destroy frees the ring.
 func (cq *CQ) Destroy() {
+	if cq.Chan != nil {
+		cq.Chan.bind(cq, false)
+	}
 	cq.mu.Lock()
 	cq.Ring.free()
 	for _, r := range cq.retired {

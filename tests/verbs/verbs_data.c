@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -416,6 +417,111 @@ static void flow_cli(struct ep *e)
 	expect_wc(e->scq, 4, IBV_WC_SUCCESS);
 }
 
+/* --- blocking ibv_get_cq_event ---------------------------------------- */
+static volatile sig_atomic_t sigs;
+static void on_sig(int s)
+{
+	(void)s;
+	sigs++;
+}
+struct kicker {
+	pthread_t target;
+	volatile int stop;
+};
+static void *kick(void *p) /* SIGUSR1 to the waiter every 20 ms until stopped */
+{
+	struct kicker *k = p;
+	while (!k->stop) {
+		usleep(20000);
+		if (!k->stop)
+			pthread_kill(k->target, SIGUSR1);
+	}
+	return NULL;
+}
+
+/* next_wc takes the next completion of a CQ on the channel, sleeping in
+ * ibv_get_cq_event while there is none (the pattern of rping and fio). */
+static struct ibv_wc next_wc(struct ep *e)
+{
+	struct ibv_wc wc;
+	for (;;) {
+		REQUIRE(ibv_req_notify_cq(e->rcq, 0) == 0);
+		int n = ibv_poll_cq(e->rcq, 1, &wc);
+		REQUIRE(n >= 0);
+		if (n == 1) {
+			REQUIRE(wc.status == IBV_WC_SUCCESS);
+			return wc;
+		}
+		struct ibv_cq *cq;
+		void *cctx;
+		REQUIRE(ibv_get_cq_event(e->cc, &cq, &cctx) == 0 && cq == e->rcq);
+		ibv_ack_cq_events(cq, 1);
+	}
+}
+
+#define EV_ROUNDS 2000
+/* a ping-pong on events alone, each message checked; then a signal during
+ * the wait, which read(2) on a kernel provider's channel restarts for a
+ * handler with SA_RESTART and fails with EINTR for one without */
+static void events_srv(struct ep *e)
+{
+	for (int i = 0; i < 4; i++)
+		post_recv(e, i, e->buf + 64 * i, 64);
+	oob_sync(e);
+	for (uint32_t i = 0; i < EV_ROUNDS; i++) {
+		struct ibv_wc wc = next_wc(e);
+		uint32_t got;
+		memcpy(&got, e->buf + 64 * wc.wr_id, 4);
+		REQUIRE(wc.byte_len == 4 && got == i);
+		post_recv(e, wc.wr_id, e->buf + 64 * wc.wr_id, 64);
+		memcpy(e->buf + 4096, &got, 4);
+		REQUIRE(post(e, i, IBV_WR_SEND, IBV_SEND_SIGNALED, e->buf + 4096, 4, 0) == 0);
+		expect_wc(e->scq, i, IBV_WC_SUCCESS);
+	}
+	struct sigaction sa = {.sa_handler = on_sig, .sa_flags = SA_RESTART};
+	sigemptyset(&sa.sa_mask);
+	REQUIRE(sigaction(SIGUSR1, &sa, NULL) == 0);
+	struct kicker k = {.target = pthread_self()};
+	pthread_t t;
+	REQUIRE(pthread_create(&t, NULL, kick, &k) == 0);
+	oob_sync(e); /* the client sends in 300 ms */
+	sigs = 0;
+	struct ibv_wc wc = next_wc(e);
+	REQUIRE(wc.byte_len == 4 && sigs > 0);
+	post_recv(e, wc.wr_id, e->buf + 64 * wc.wr_id, 64);
+	sa.sa_flags = 0;
+	REQUIRE(sigaction(SIGUSR1, &sa, NULL) == 0);
+	REQUIRE(ibv_req_notify_cq(e->rcq, 0) == 0);
+	struct ibv_cq *cq;
+	void *cctx;
+	errno = 0;
+	REQUIRE(ibv_get_cq_event(e->cc, &cq, &cctx) == -1 && errno == EINTR);
+	k.stop = 1;
+	pthread_join(t, NULL);
+	sa.sa_handler = SIG_DFL;
+	REQUIRE(sigaction(SIGUSR1, &sa, NULL) == 0);
+}
+static void events_cli(struct ep *e)
+{
+	for (int i = 0; i < 4; i++)
+		post_recv(e, i, e->buf + 64 * i, 64);
+	oob_sync(e);
+	for (uint32_t i = 0; i < EV_ROUNDS; i++) {
+		memcpy(e->buf + 4096, &i, 4);
+		REQUIRE(post(e, i, IBV_WR_SEND, IBV_SEND_SIGNALED, e->buf + 4096, 4, 0) == 0);
+		expect_wc(e->scq, i, IBV_WC_SUCCESS);
+		struct ibv_wc wc = next_wc(e);
+		uint32_t got;
+		memcpy(&got, e->buf + 64 * wc.wr_id, 4);
+		REQUIRE(wc.byte_len == 4 && got == i);
+		post_recv(e, wc.wr_id, e->buf + 64 * wc.wr_id, 64);
+	}
+	oob_sync(e);
+	usleep(300000);
+	REQUIRE(post(e, 1, IBV_WR_SEND, IBV_SEND_SIGNALED, e->buf + 4096, 4, 0) == 0);
+	expect_wc(e->scq, 1, IBV_WC_SUCCESS);
+}
+
 /* SRQ limit event */
 static void srq_srv(struct ep *e)
 {
@@ -607,6 +713,7 @@ static const struct tcase {
 	{"sendrecv", sendrecv_srv, sendrecv_cli, {0}},
 	{"rdma", rdma_srv, rdma_cli, {0}},
 	{"flow", flow_srv, flow_cli, {0}},
+	{"events", events_srv, events_cli, {0}},
 	{"srq", srq_srv, srq_cli, {.srq = 1}},
 	{"cq_overflow", cqover_srv, cqover_cli, {.rcq_size = 4}},
 	{"norecv", norecv_srv, norecv_cli, {0}},
