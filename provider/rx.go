@@ -915,29 +915,17 @@ func (rx *rxState) onReadable() {
 	} else {
 		rx.tok.Lock()
 	}
-	got, completed := rx.readLocked()
-	if got && e.pol != nil && e.pol.PinRX {
-		cpu, posts := e.qp.Poster()
-		rx.keepOffPoster(cpu, posts, rx.arms.Load(), completed) // offcpu.go
-	}
-}
-
-// readLocked reads and processes what arrived, for the event loop or a
-// thread waiting on a completion channel, and gives the token back; it
-// reports whether anything was consumed, and whether work completed.
-func (rx *rxState) readLocked() (got, completed bool) {
-	e := rx.e
 	if e.gone.Load() {
 		rx.ended = true // a hard Close: touch the rings no more
 	}
 	if rx.ended {
 		rx.tok.Unlock()
 		rx.finishAsync()
-		return false, false
+		return
 	}
 	rx.prog = false
 	_ = e.rc.Control(rx.loopCtl)
-	got = rx.prog
+	got := rx.prog
 	if got {
 		rx.idlePolls.Store(0) // pollers read again
 	}
@@ -947,67 +935,20 @@ func (rx *rxState) readLocked() (got, completed bool) {
 	switch {
 	case ended:
 		rx.finishAsync()
+		return
 	case rnr:
 		// Stop reading (TCP back-pressure) until a receive is posted
 		// or the RNR timeout passes; the next pump retries (and
 		// Terminates once the time is up).
 		rx.parkForRecv(since)
+		return
 	case got && spinAllowed(rx.spinWindow):
 		rx.goAway(rx.spinAway)
 	}
-	return got, completed
-}
-
-// WaitFD is verbs.WaitReader's: the socket, while nothing but the event
-// loop reads it (no poller keeps it muted, no goroutine of the connection
-// has it, the stream goes on); on a same-host connection, the eventfd the
-// peer signals when it writes to a ring whose RX goroutine sleeps (as it
-// does while the application waits for events: napShm).
-func (e *Endpoint) WaitFD() int {
-	rx := e.rx.Load()
-	if rx == nil || e.dead.Load() || e.gone.Load() || rx.finishing.Load() {
-		return -1
+	if got && e.pol != nil && e.pol.PinRX {
+		cpu, posts := e.qp.Poster()
+		rx.keepOffPoster(cpu, posts, rx.arms.Load(), completed) // offcpu.go
 	}
-	if e.shm != nil {
-		return e.shm.inDataFd
-	}
-	if rx.away.Load() || rx.muted.Load() {
-		return -1
-	}
-	return e.s.fd
-}
-
-// WaitRead is verbs.WaitReader's: a thread about to sleep on a completion
-// channel found the descriptor readable and reads as the event loop (or
-// the RX goroutine) would, unless somebody holds the token (they woke too,
-// and read).
-func (e *Endpoint) WaitRead() bool {
-	rx := e.rx.Load()
-	if rx == nil {
-		return false
-	}
-	if e.shm != nil {
-		if rx.away.Load() || !rx.tok.TryLock() {
-			return false
-		}
-		// Not a poller's visit (progressShm): visits make the RX
-		// goroutine nap, and the writer signals only a sleeping one.
-		did := !rx.ended && !e.gone.Load() && rx.pump(0)
-		if (rx.rnrWait && !rx.ended || rx.ended && did) && !rx.kicked.Swap(true) {
-			e.shm.kick() // work only the RX goroutine does (progressShm)
-		}
-		rx.tok.Unlock()
-		return did
-	}
-	if rx.away.Load() || !rx.tok.TryLock() {
-		return false
-	}
-	if rx.muted.Load() { // pollers came meanwhile: theirs
-		rx.tok.Unlock()
-		return false
-	}
-	got, _ := rx.readLocked()
-	return got
 }
 
 // goAway runs fn on a goroutine of its own, which reads the socket instead
@@ -1809,4 +1750,37 @@ func asyncFor(c wire.TermControl) int {
 		return verbs.EventQPReqErr
 	}
 	return verbs.EventQPFatal
+}
+
+// WaitFD is verbs.WaitReader's: on a same-host connection, the eventfd the
+// peer signals when it writes to a ring whose RX goroutine sleeps (as it
+// does while the application waits for events: napShm). A TCP socket is
+// not offered: the event loop gets its edge as well, and the second thread
+// woken (and the token changing hands between them) cost a storage server
+// that waits for events more than the wake-up saved (fio's rdma Sends at
+// depth 1: about half the rate).
+func (e *Endpoint) WaitFD() int {
+	rx := e.rx.Load()
+	if rx == nil || e.shm == nil || e.dead.Load() || e.gone.Load() || rx.finishing.Load() {
+		return -1
+	}
+	return e.shm.inDataFd
+}
+
+// WaitRead is verbs.WaitReader's: a thread about to sleep on a completion
+// channel found the ring's eventfd readable and reads the ring as the RX
+// goroutine would, unless somebody holds the token (it woke too, and
+// reads). Not a poller's visit (progressShm): visits make the RX goroutine
+// nap, and the writer signals only a sleeping one.
+func (e *Endpoint) WaitRead() bool {
+	rx := e.rx.Load()
+	if rx == nil || e.shm == nil || rx.away.Load() || !rx.tok.TryLock() {
+		return false
+	}
+	did := !rx.ended && !e.gone.Load() && rx.pump(0)
+	if (rx.rnrWait && !rx.ended || rx.ended && did) && !rx.kicked.Swap(true) {
+		e.shm.kick() // work only the RX goroutine does (progressShm)
+	}
+	rx.tok.Unlock()
+	return did
 }
