@@ -283,11 +283,12 @@ static int eintr_visible(void)
 
 /*
  * channel_wait returns when the channel has an event to read (or -1 with
- * errno EINTR). Meanwhile the thread waits on the sockets of the QPs that
- * complete into the channel's armed CQs as well, and reads them itself when
- * data comes: what it waits for is usually in it, and the application's own
- * thread places it instead of the event loop's waking first and then this
- * one. Where somebody else reads (the loop woke too), or nothing is left to
+ * errno EINTR). Meanwhile the thread waits on the connections of the QPs
+ * that complete into the channel's armed CQs as well (what the engine
+ * offers: same-host rings' eventfds), and reads them itself when data
+ * comes: what it waits for is usually in it, and the application's own
+ * thread places it instead of the engine's waking first and then this one.
+ * Where somebody else reads (the engine woke too), or nothing is left to
  * read this way, it waits for the channel alone.
  */
 static int channel_wait(struct gcapi_channel *c)

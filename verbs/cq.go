@@ -34,13 +34,13 @@ func (ch *CompChannel) FireCount(n *atomic.Uint64) { ch.fired = n }
 
 // WaitReader is a Transport whose arrivals a thread waiting on a completion
 // channel can read itself (ibv_get_cq_event): the application's own call
-// makes the progress it waits for, one thread woken instead of the event
-// loop's and then the application's.
+// makes the progress it waits for, one thread woken instead of the
+// engine's and then the application's.
 type WaitReader interface {
 	// WaitFD is the descriptor whose readability means arrivals that no
 	// poller or goroutine of the connection reads, or -1.
 	WaitFD() int
-	// WaitRead reads and processes what arrived, as the event loop does,
+	// WaitRead reads and processes what arrived, as the engine would,
 	// unless somebody else reads it; it reports whether anything was
 	// consumed.
 	WaitRead() bool
