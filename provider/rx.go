@@ -623,7 +623,7 @@ func (e *Endpoint) Progress() bool {
 		return did
 	}
 	if e.shm != nil {
-		return rx.progressShm() || did
+		return rx.readShm(true) || did
 	}
 	rx.polls.Add(1)
 	if e.tx.ordOut.Load() == 0 && rx.idlePolls.Load() >= pollIdleLimit && rx.idlePolls.Add(1)%pollQuietProbe != 0 {
@@ -771,19 +771,27 @@ func (e *Endpoint) Armed() {
 	}
 }
 
-// progressShm is Progress on a same-host connection: looking at the ring
-// costs no syscall, so pollers always look; their visits tell the RX
-// goroutine to nap rather than compete with them for the CPU.
-func (rx *rxState) progressShm() bool {
+// readShm reads the inbound ring on a thread other than the RX goroutine,
+// unless somebody holds the token: a poller's visit (Progress; looking at
+// the ring costs no syscall, so pollers always look, and their visits tell
+// the RX goroutine to nap rather than compete with them for the CPU), or a
+// thread about to sleep on a completion channel (WaitRead), which is not a
+// visit: the RX goroutine would nap, and the writer signals only a
+// sleeping one.
+func (rx *rxState) readShm(visit bool) bool {
 	l := rx.e.shm
-	l.polls.Add(1)
+	if visit {
+		l.polls.Add(1)
+	}
 	if !rx.tok.TryLock() {
 		return false
 	}
 	did := rx.pump(0)
 	if did {
 		rx.idlePolls.Store(0)
-		l.pollReads.Add(1)
+		if visit {
+			l.pollReads.Add(1)
+		}
 	}
 	if (rx.rnrWait && !rx.ended || rx.ended && did) && !rx.kicked.Swap(true) {
 		// The RX goroutine waits for the receive buffer (and the RNR
@@ -1769,18 +1777,12 @@ func (e *Endpoint) WaitFD() int {
 
 // WaitRead is verbs.WaitReader's: a thread about to sleep on a completion
 // channel found the ring's eventfd readable and reads the ring as the RX
-// goroutine would, unless somebody holds the token (it woke too, and
-// reads). Not a poller's visit (progressShm): visits make the RX goroutine
-// nap, and the writer signals only a sleeping one.
+// goroutine would (readShm), unless somebody holds the token (it woke too,
+// and reads).
 func (e *Endpoint) WaitRead() bool {
 	rx := e.rx.Load()
-	if rx == nil || e.shm == nil || rx.away.Load() || !rx.tok.TryLock() {
+	if rx == nil || e.shm == nil {
 		return false
 	}
-	did := !rx.ended && !e.gone.Load() && rx.pump(0)
-	if (rx.rnrWait && !rx.ended || rx.ended && did) && !rx.kicked.Swap(true) {
-		e.shm.kick() // work only the RX goroutine does (progressShm)
-	}
-	rx.tok.Unlock()
-	return did
+	return rx.readShm(false)
 }
