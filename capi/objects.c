@@ -284,12 +284,11 @@ static int eintr_visible(void)
 /*
  * channel_wait returns when the channel has an event to read (or -1 with
  * errno EINTR). Meanwhile the thread waits on the connections of the QPs
- * that complete into the channel's armed CQs as well (what the engine
- * offers: same-host rings' eventfds), and reads them itself when data
- * comes: what it waits for is usually in it, and the application's own
- * thread places it instead of the engine's waking first and then this one.
- * Where somebody else reads (the engine woke too), or nothing is left to
- * read this way, it waits for the channel alone.
+ * that complete into the channel's armed CQs as well (same-host rings'
+ * eventfds, TCP sockets the engine lends it), and reads them itself when
+ * data comes: what it waits for is usually in it, and the application's
+ * own thread places it instead of the engine's waking first and then this
+ * one. Where the engine reads instead, it waits for the channel alone.
  */
 static int channel_wait(struct gcapi_channel *c)
 {
@@ -316,8 +315,8 @@ static int channel_wait(struct gcapi_channel *c)
 		for (int i = 0; i < n; i++)
 			if (p[1 + i].revents)
 				did |= goVerbsChannelWaitRead(c->h, fds[i]);
-		if (!did)
-			return 0;
+		if (!did || __atomic_load_n(&c->fired, __ATOMIC_ACQUIRE) != __atomic_load_n(&c->taken, __ATOMIC_RELAXED))
+			return 0; /* the engine reads, or the event came */
 	}
 }
 

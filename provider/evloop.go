@@ -242,6 +242,24 @@ func (s *sock) serve(onReadable, onWritable func()) error {
 	return nil
 }
 
+// hearReads sets whether the loop hears the socket's arrivals: not while
+// it is lent to a thread that waits for them itself (waiter.go). Writability
+// stays: the transmitter waits for its edge. A change reports what is
+// ready now, so data that came meanwhile wakes the loop when it hears
+// again.
+func (s *sock) hearReads(on bool) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLOUT | unix.EPOLLET, Fd: int32(s.id)}
+	if on {
+		ev.Events |= unix.EPOLLIN | unix.EPOLLRDHUP
+	}
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed || !s.registered {
+		return errSockClosed
+	}
+	return unix.EpollCtl(s.loop.epfd, unix.EPOLL_CTL_MOD, s.fd, &ev)
+}
+
 func (s *sock) dispatch(ev uint32) {
 	if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		s.awaitEdge.Store(false)

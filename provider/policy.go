@@ -78,12 +78,13 @@ import (
 //	                      it found data no poller asked for, one connection
 //	                      per process at a time (rxspin.go); a Go duration
 //	                      or seconds (default 0: never spin).
-//	GOIWARP_POLL_LEASE    how long the receive goroutine leaves a connection
-//	                      to application threads that poll it before it
-//	                      looks whether they still come: the longest a
-//	                      message waits when they stop without arming a CQ
-//	                      (rx.go); a Go duration or seconds, more than 0 and
-//	                      at most 1s (default 1ms).
+//	GOIWARP_POLL_LEASE    how long the event loop leaves a connection to
+//	                      application threads that poll it, or wait for its
+//	                      events, before it looks whether they still come:
+//	                      the longest a message waits when they stop
+//	                      without arming a CQ, or between waits (rx.go,
+//	                      waiter.go); a Go duration or seconds, more than 0
+//	                      and at most 1s (default 1ms).
 type Policy struct {
 	Revision    int  // 1 or 2
 	CRC         bool // set C in what we send

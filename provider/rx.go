@@ -335,6 +335,16 @@ type rxState struct {
 	arms                    atomic.Uint32 // CQs of the QP armed (Endpoint.Armed)
 	napping                 atomic.Bool   // loopShm naps (napShm)
 
+	// The socket lent to threads waiting on a completion channel
+	// (waiter.go): lent says the event loop does not hear its arrivals;
+	// waits counts the waits begun on it, lendSeen at the lendT's last
+	// look (both under lendMu).
+	lendMu   sync.Mutex
+	lent     atomic.Bool
+	waits    atomic.Uint64
+	lendSeen uint64
+	lendT    *time.Timer
+
 	// Everything below belongs to the token holder.
 	ended bool // the stream is over (error, EOF, or the endpoint went down)
 	// errComp posts the error completion of the work request whose FPDU
@@ -374,9 +384,10 @@ type rxState struct {
 
 	ctl     func(fd uintptr) // bound once: the poller's body under Control
 	loopCtl func(fd uintptr) // bound once: the event loop's (onReadable)
+	waitCtl func(fd uintptr) // bound once: a waiting thread's (waitRead)
 	loud    func(fd uintptr) // bound once: setMuted(fd, false)
 	mute    func(fd uintptr) // bound once: setMuted(fd, true)
-	prog    bool             // result of ctl and loopCtl
+	prog    bool             // result of ctl, loopCtl and waitCtl
 	// completed: the last pump completed work (a receive, a Read or an
 	// Atomic), which a poller waits for on the CQ.
 	completed bool
@@ -533,6 +544,13 @@ func (e *Endpoint) startRX() {
 			raiseMark(fd)
 		}
 	}
+	rx.waitCtl = func(fd uintptr) {
+		// Its poll(2) reports what comes after a short read: stop there,
+		// as a poller does.
+		rx.rd.pollerRead = true
+		rx.prog = rx.pump(fd)
+		rx.rd.pollerRead, rx.rd.drained = false, false
+	}
 	rx.loud = func(fd uintptr) { rx.setMuted(fd, false) }
 	rx.mute = func(fd uintptr) { rx.setMuted(fd, true) }
 	if e.shm == nil {
@@ -545,6 +563,8 @@ func (e *Endpoint) startRX() {
 			}
 		})
 		rx.rnrT.Stop()
+		rx.lendT = time.AfterFunc(time.Hour, rx.onLendWatch)
+		rx.lendT.Stop()
 	}
 	e.rx.Store(rx)
 	if e.shm != nil {
@@ -555,7 +575,7 @@ func (e *Endpoint) startRX() {
 		go rx.loopShm()
 		return
 	}
-	if err := e.s.serve(rx.onReadable, e.tx.onWritable); err != nil {
+	if err := e.s.serve(rx.onLoopReadable, e.tx.onWritable); err != nil {
 		// Closed already (a hard Close): nothing will arrive.
 		rx.endStream()
 	}
@@ -899,8 +919,18 @@ func (rx *rxState) loopShm() {
 	c.Close()
 }
 
-// onReadable is the event loop's: what arrived on a connection that no
-// poller is reading.
+// onLoopReadable is the event loop's readability handler: nothing while
+// the socket is lent to a thread waiting on a completion channel (the
+// loop hears no arrivals then, but an error, or an edge a loop that holds
+// a single socket takes for one, comes anyway: the waiter reads).
+func (rx *rxState) onLoopReadable() {
+	if !rx.lent.Load() {
+		rx.onReadable()
+	}
+}
+
+// onReadable reads what arrived on a connection that no poller is reading:
+// the event loop's, or a goroutine's that read it in the loop's stead.
 func (rx *rxState) onReadable() {
 	if rx.away.Load() {
 		return // a goroutine of the connection reads it (goAway)
@@ -985,6 +1015,7 @@ func (rx *rxState) parkForRecv(since time.Time) {
 	if !rx.away.CompareAndSwap(false, true) {
 		return
 	}
+	rx.reclaim() // whoever reads on after the park, the loop hears the socket
 	e := rx.e
 	left := rx.rnrTimeout - time.Since(since)
 	rx.parked.Store(true) // before ArmRecvWait: RecvPosted after it sees it
@@ -1073,6 +1104,7 @@ func (rx *rxState) finish() {
 	rx.cleanup()
 	rx.tok.Unlock()
 	rx.watchT.Stop()
+	rx.lendT.Stop()
 	s := e.s
 	if !e.gone.Load() {
 		// Wait for the peer's FIN (bounded), then close: closing with
@@ -1758,31 +1790,4 @@ func asyncFor(c wire.TermControl) int {
 		return verbs.EventQPReqErr
 	}
 	return verbs.EventQPFatal
-}
-
-// WaitFD is verbs.WaitReader's: on a same-host connection, the eventfd the
-// peer signals when it writes to a ring whose RX goroutine sleeps (as it
-// does while the application waits for events: napShm). A TCP socket is
-// not offered: the event loop gets its edge as well, and the second thread
-// woken (and the token changing hands between them) cost a storage server
-// that waits for events more than the wake-up saved (fio's rdma Sends at
-// depth 1: about half the rate).
-func (e *Endpoint) WaitFD() int {
-	rx := e.rx.Load()
-	if rx == nil || e.shm == nil || e.dead.Load() || e.gone.Load() || rx.finishing.Load() {
-		return -1
-	}
-	return e.shm.inDataFd
-}
-
-// WaitRead is verbs.WaitReader's: a thread about to sleep on a completion
-// channel found the ring's eventfd readable and reads the ring as the RX
-// goroutine would (readShm), unless somebody holds the token (it woke too,
-// and reads).
-func (e *Endpoint) WaitRead() bool {
-	rx := e.rx.Load()
-	if rx == nil || e.shm == nil {
-		return false
-	}
-	return rx.readShm(false)
 }

@@ -37,12 +37,13 @@ func (ch *CompChannel) FireCount(n *atomic.Uint64) { ch.fired = n }
 // makes the progress it waits for, one thread woken instead of the
 // engine's and then the application's.
 type WaitReader interface {
-	// WaitFD is the descriptor whose readability means arrivals that no
-	// poller or goroutine of the connection reads, or -1.
-	WaitFD() int
-	// WaitRead reads and processes what arrived, as the engine would,
-	// unless somebody else reads it; it reports whether anything was
-	// consumed.
+	// WaitFD is the descriptor whose readability means arrivals for the
+	// waiting thread to read, or -1; begin says a thread is about to
+	// sleep on it (the engine may then leave its reading to such threads).
+	WaitFD(begin bool) int
+	// WaitRead reads and processes what arrived, as the engine would; it
+	// reports whether the thread should wait on the descriptor again
+	// (false: somebody else reads it now).
 	WaitRead() bool
 }
 
@@ -98,7 +99,7 @@ func (ch *CompChannel) WaitFDs(fds []int32) int {
 		if n == len(fds) {
 			return false
 		}
-		if fd := w.WaitFD(); fd >= 0 && !slices.Contains(fds[:n], int32(fd)) {
+		if fd := w.WaitFD(true); fd >= 0 && !slices.Contains(fds[:n], int32(fd)) {
 			fds[n] = int32(fd)
 			n++
 		}
@@ -108,12 +109,12 @@ func (ch *CompChannel) WaitFDs(fds []int32) int {
 }
 
 // WaitRead reads the connection whose descriptor WaitFDs gave as fd; it
-// reports whether anything was consumed (false: somebody else reads it, or
-// it is no longer the channel's to read).
+// reports whether the thread should wait on it again (false: somebody else
+// reads it, or it is no longer the channel's to read).
 func (ch *CompChannel) WaitRead(fd int32) bool {
 	did := false
 	ch.eachWaitReader(func(w WaitReader) bool {
-		if w.WaitFD() != int(fd) {
+		if w.WaitFD(false) != int(fd) {
 			return true
 		}
 		did = w.WaitRead()

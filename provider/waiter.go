@@ -1,0 +1,166 @@
+package provider
+
+// A thread asleep in ibv_get_cq_event waits on the connections of the QPs
+// completing into the channel's armed CQs as well, and reads them itself
+// when data comes (verbs.WaitReader; docs/design.md, "Waiting for
+// events"): what it waits for is usually in it, and one thread is woken for
+// it instead of the engine's and then the application's.
+//
+// A same-host connection offers its ring's eventfd, which the peer signals
+// only while the ring's RX goroutine sleeps (as it does while a CQ of the
+// QP is armed: napShm). A TCP connection offers its socket, which it lends
+// the waiting threads: the event loop stops hearing its arrivals
+// (sock.hearReads), since a loop woken beside the waiter costs a second
+// thread and the token changing hands between the two (fio's rdma Sends at
+// depth 1 over TCP ran at half the rate so). The lease is kept across
+// consecutive waits, each of which would otherwise cost two epoll_ctl
+// calls; a watch gives it back once a poller's lease (GOIWARP_POLL_LEASE)
+// went by with no wait begun -- the application went on to other work,
+// and the loop reads for it again -- or at once when the receive path
+// parks for a receive buffer (post_recv then has it read on).
+
+// WaitFD is verbs.WaitReader's: the descriptor a waiting thread polls, or
+// -1 where the engine reads for it (the connection is ending, or a
+// goroutine of it reads: spinning, closing, parked). begin says a wait
+// begins on it: a TCP socket is then lent to the waiters and the muted
+// mark of pollers that stopped is lowered (the wait's poll(2) honours
+// SO_RCVLOWAT).
+func (e *Endpoint) WaitFD(begin bool) int {
+	rx := e.rx.Load()
+	if rx == nil || e.dead.Load() || e.gone.Load() || rx.finishing.Load() {
+		return -1
+	}
+	if e.shm != nil {
+		return e.shm.inDataFd
+	}
+	if rx.away.Load() {
+		return -1
+	}
+	if begin {
+		if rx.muted.Load() {
+			rx.tok.Lock()
+			rx.louden()
+			rx.tok.Unlock()
+		}
+		if !rx.lend() {
+			return -1
+		}
+		rx.waits.Add(1)
+	}
+	return e.s.fd
+}
+
+// WaitRead is verbs.WaitReader's: a waiting thread found the descriptor
+// readable. A same-host ring is read as the RX goroutine would (readShm),
+// unless somebody holds the token (it woke too, and reads). A lent socket
+// is read under the token, waiting for a holder to finish: nobody else
+// hears it, so what a holder leaves is the waiter's to read. The thread
+// waits again if it reports true.
+func (e *Endpoint) WaitRead() bool {
+	rx := e.rx.Load()
+	if rx == nil {
+		return false
+	}
+	if e.shm != nil {
+		return rx.readShm(false)
+	}
+	return rx.waitRead()
+}
+
+func (rx *rxState) waitRead() bool {
+	e := rx.e
+	if rx.away.Load() || !rx.lend() {
+		return false
+	}
+	rx.tok.Lock()
+	if e.gone.Load() {
+		rx.ended = true // a hard Close: touch the rings no more
+	}
+	rx.prog = false
+	if !rx.ended {
+		_ = e.rc.Control(rx.waitCtl)
+	}
+	if rx.prog {
+		rx.idlePolls.Store(0)
+	}
+	ended := rx.ended
+	rnr, since := rx.rnrWait && !ended, rx.rnrSince
+	rx.tok.Unlock()
+	switch {
+	case ended:
+		rx.finishAsync()
+		return false
+	case rnr:
+		rx.parkForRecv(since) // gives the socket back to the loop
+		return false
+	}
+	return true
+}
+
+// lend takes the socket from the event loop for the waiting threads, if it
+// is not theirs already; false if it cannot be (closed).
+func (rx *rxState) lend() bool {
+	if rx.lent.Load() {
+		return true
+	}
+	rx.lendMu.Lock()
+	defer rx.lendMu.Unlock()
+	if rx.lent.Load() {
+		return true
+	}
+	if rx.e.s.hearReads(false) != nil {
+		return false
+	}
+	rx.lent.Store(true)
+	rx.lendSeen = rx.waits.Load()
+	rx.lendT.Reset(rx.lease)
+	return true
+}
+
+// onLendWatch keeps the lease while waits begin, and else gives the socket
+// back.
+func (rx *rxState) onLendWatch() {
+	rx.lendMu.Lock()
+	if !rx.lent.Load() {
+		rx.lendMu.Unlock()
+		return
+	}
+	if n := rx.waits.Load(); n != rx.lendSeen && !rx.finishing.Load() {
+		rx.lendSeen = n
+		rx.lendT.Reset(rx.lease)
+		rx.lendMu.Unlock()
+		return
+	}
+	was := rx.reclaimLocked()
+	rx.lendMu.Unlock()
+	if was {
+		rx.onReadable()
+	}
+}
+
+// reclaim gives a lent socket back to the event loop.
+func (rx *rxState) reclaim() {
+	if !rx.lent.Load() {
+		return
+	}
+	rx.lendMu.Lock()
+	was := rx.reclaimLocked()
+	rx.lendMu.Unlock()
+	if was {
+		go rx.onReadable()
+	}
+}
+
+// reclaimLocked has the loop hear the socket again; the caller then reads
+// what came while it was lent, as the loop would (the loop may not be told:
+// a loop that holds a single socket never takes it off the set's ready
+// list, and epoll then reports no change of interest).
+func (rx *rxState) reclaimLocked() bool {
+	if !rx.lent.Load() {
+		return false
+	}
+	rx.lent.Store(false)
+	_ = rx.e.s.hearReads(true)
+	rx.lendT.Stop()
+	return true
+}
