@@ -248,14 +248,14 @@ func (s *sock) serve(onReadable, onWritable func()) error {
 // ready now, so data that came meanwhile wakes the loop when it hears
 // again.
 func (s *sock) hearReads(on bool) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLOUT | unix.EPOLLET, Fd: int32(s.id)}
-	if on {
-		ev.Events |= unix.EPOLLIN | unix.EPOLLRDHUP
-	}
 	s.life.RLock()
 	defer s.life.RUnlock()
 	if s.closed || !s.registered {
-		return errSockClosed
+		return errSockClosed // not served yet, or closed
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLOUT | unix.EPOLLET, Fd: int32(s.id)}
+	if on {
+		ev.Events |= unix.EPOLLIN | unix.EPOLLRDHUP
 	}
 	return unix.EpollCtl(s.loop.epfd, unix.EPOLL_CTL_MOD, s.fd, &ev)
 }

@@ -18,6 +18,16 @@ func waitReadable(t *testing.T, fd int) {
 	require.Equal(t, 1, n, "the socket never turned readable")
 }
 
+// beginWait begins a wait on ep's connection as a thread in
+// ibv_get_cq_event does, once its receive path is served.
+func beginWait(t *testing.T, ep *Endpoint) int {
+	t.Helper()
+	fd := -1
+	require.Eventually(t, func() bool { fd = ep.WaitFD(true); return fd >= 0 }, 5*time.Second, time.Millisecond,
+		"the connection was never offered")
+	return fd
+}
+
 // A TCP socket offered to a waiting thread is lent to it: the event loop
 // does not read what arrives (a second thread woken), the waiter does, and
 // keeps the lease for its next wait.
@@ -29,8 +39,7 @@ func TestLentSocketReadByWaiter(t *testing.T) {
 	cb, cmr := p.cli.mem(4096, 0)
 	rx := p.srv.ep.rx.Load()
 	for i := uint64(1); i <= 3; i++ {
-		fd := p.srv.ep.WaitFD(true)
-		require.GreaterOrEqual(t, fd, 0)
+		fd := beginWait(t, p.srv.ep)
 		require.True(t, rx.lent.Load())
 		p.srv.postRecv(rqe(i, sge(mr, b, 0, 64)))
 		copy(cb, []byte{'p', 'i', 'n', byte('0' + i)})
@@ -55,19 +64,19 @@ func TestLentSocketGivenBack(t *testing.T) {
 	b, mr := p.srv.mem(4096, verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	cb, cmr := p.cli.mem(4096, 0)
 	rx := p.srv.ep.rx.Load()
-	require.GreaterOrEqual(t, p.srv.ep.WaitFD(true), 0)
+	beginWait(t, p.srv.ep)
 	require.True(t, rx.lent.Load())
 	require.Eventually(t, func() bool { return !rx.lent.Load() }, 5*time.Second, time.Millisecond,
 		"the lease was never given back")
 
-	require.GreaterOrEqual(t, p.srv.ep.WaitFD(true), 0) // lent again, then left
+	beginWait(t, p.srv.ep) // lent again, then left
 	p.srv.postRecv(rqe(1, sge(mr, b, 0, 64)))
 	copy(cb, "ping")
 	p.cli.postSend(sqe(1, verbs.WRSend, 0, sge(cmr, cb, 0, 4)))
 	c := pollCQ(t, p.srv.rcq, 5*time.Second) // never calls Progress
 	require.Equal(t, uint64(1), c.WRID)
 
-	require.GreaterOrEqual(t, p.srv.ep.WaitFD(true), 0)
+	beginWait(t, p.srv.ep)
 	copy(b[100:], "served")
 	r := sqe(2, verbs.WRRDMARead, verbs.SendSignaled, sge(cmr, cb, 100, 6))
 	r.RKey, r.RemoteAddr = mr.STag, addr(b, 100)
@@ -87,8 +96,7 @@ func TestLentSocketParks(t *testing.T) {
 	b, mr := p.srv.mem(4096, 0)
 	cb, cmr := p.cli.mem(4096, 0)
 	rx := p.srv.ep.rx.Load()
-	fd := p.srv.ep.WaitFD(true)
-	require.GreaterOrEqual(t, fd, 0)
+	fd := beginWait(t, p.srv.ep)
 	copy(cb, "early")
 	p.cli.postSend(sqe(1, verbs.WRSend, 0, sge(cmr, cb, 0, 5)))
 	waitReadable(t, fd)
@@ -112,11 +120,8 @@ func TestLentSocketsRead(t *testing.T) {
 	p := connectPair(t, o)
 	b, mr := p.srv.mem(4096, verbs.AccessRemoteRead)
 	cb, cmr := p.cli.mem(4096, 0)
-	require.Eventually(t, func() bool { return p.cli.ep.rx.Load() != nil }, 5*time.Second, time.Millisecond)
 	for i := uint64(1); i <= 3; i++ {
-		sfd, cfd := p.srv.ep.WaitFD(true), p.cli.ep.WaitFD(true)
-		require.GreaterOrEqual(t, sfd, 0)
-		require.GreaterOrEqual(t, cfd, 0)
+		sfd, cfd := beginWait(t, p.srv.ep), beginWait(t, p.cli.ep)
 		copy(b[100:], []byte{'r', 'e', 'a', byte('0' + i)})
 		r := sqe(i, verbs.WRRDMARead, verbs.SendSignaled, sge(cmr, cb, 100, 4))
 		r.RKey, r.RemoteAddr = mr.STag, addr(b, 100)
