@@ -9,7 +9,8 @@ and runs, rounds interleaved -- round 1 of everything, then round 2 --:
   iperf3 single stream (-l SIZE) and -P 4, the reference;
   perftest ib_write_bw / ib_send_bw / ib_read_bw -R, 64 KiB and 1 MiB, and
   ib_write_bw -q 4, under LD_PRELOAD of each --lib (default: _build);
-  ib_write_lat / ib_send_lat -R -s 2 (typical and 99 %), against
+  ib_write_lat / ib_send_lat -R -s 2 (typical and 99 %), and ib_send_lat
+  -e (waiting for events, as rping and storage engines do), against
   ucx_perftest ucp_am_lat -s 2 over UCX_TLS=tcp (the latency reference);
   fi_pingpong 64 KiB and 1 MiB, libfabric's verbs provider on goiwarp
   against libfabric's tcp provider (fabtests' fi_msg_bw is not packaged
@@ -178,8 +179,9 @@ def main():
         for size, label in ((65536, "64K"), (1 << 20, "1M")):
             rows.append((f"{name} fi_pingpong verbs {label}", "bw",
                          lambda d=d, s=size: (port.__setitem__(0, port[0] + 2), pingpong(d, "verbs", s, port[0]))[1]))
-        for prog in ("ib_write_lat", "ib_send_lat"):
-            rows.append((f"{name} {prog} 2", "lat", lambda d=d, p=prog: pt(d, p, ["-s", "2", "-n", "20000"])))
+        for prog, extra in (("ib_write_lat", []), ("ib_send_lat", []), ("ib_send_lat", ["-e"])):
+            rows.append((" ".join([name, prog, "2"] + extra), "lat",
+                         lambda d=d, p=prog, x=extra: pt(d, p, ["-s", "2", "-n", "20000"] + x)))
     rows = [r for r in rows if re.search(o.only, r[0])]
 
     try:
