@@ -112,6 +112,12 @@ func (rx *rxState) lend() bool {
 		return false
 	}
 	rx.lent.Store(true)
+	if rx.away.Load() {
+		// A goroutine of the connection took it meanwhile (parked, say,
+		// whose reclaim came before this lease): it is not the waiters'.
+		rx.reclaimLocked()
+		return false
+	}
 	rx.lendSeen = rx.waits.Load()
 	rx.lendT.Reset(rx.lease)
 	return true

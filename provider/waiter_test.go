@@ -135,3 +135,17 @@ func TestLentSocketsRead(t *testing.T) {
 		require.Equal(t, string(b[100:104]), string(cb[100:104]))
 	}
 }
+
+// A connection that a goroutine of its own took (parked, spinning, closing)
+// is not lent, even when the lease races with the taking: the loop hears it.
+func TestLendRefusedWhileAway(t *testing.T) {
+	p := connectPair(t, noSpinPair())
+	beginWait(t, p.srv.ep)
+	rx := p.srv.ep.rx.Load()
+	rx.reclaim()
+	rx.away.Store(true)
+	defer rx.away.Store(false)
+	require.False(t, rx.lend())
+	require.False(t, rx.lent.Load())
+	require.Equal(t, -1, p.srv.ep.WaitFD(true))
+}
