@@ -628,7 +628,7 @@ func (e *Endpoint) Close(graceful bool) {
 		// A receive path waiting for a buffer ends now; on a goroutine,
 		// as the caller may hold verbs locks.
 		go rx.back()
-	} else if rx != nil && e.shm == nil {
+	} else if rx != nil {
 		rx.reclaim() // the loop reads the end of the aborted stream
 	}
 	if l := e.shm; l != nil {

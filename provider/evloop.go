@@ -234,7 +234,7 @@ func (s *sock) serve(onReadable, onWritable func()) error {
 	if s.closed {
 		return errSockClosed
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(s.id)}
+	ev := unix.EpollEvent{Events: interest(true), Fd: int32(s.id)}
 	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
 		return err
 	}
@@ -253,11 +253,18 @@ func (s *sock) hearReads(on bool) error {
 	if s.closed || !s.registered {
 		return errSockClosed // not served yet, or closed
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLOUT | unix.EPOLLET, Fd: int32(s.id)}
-	if on {
-		ev.Events |= unix.EPOLLIN | unix.EPOLLRDHUP
-	}
+	ev := unix.EpollEvent{Events: interest(on), Fd: int32(s.id)}
 	return unix.EpollCtl(s.loop.epfd, unix.EPOLL_CTL_MOD, s.fd, &ev)
+}
+
+// interest is what a served socket's registration asks of epoll:
+// edge-triggered writability, and arrivals unless the socket is lent.
+func interest(reads bool) uint32 {
+	ev := uint32(unix.EPOLLOUT | unix.EPOLLET)
+	if reads {
+		ev |= unix.EPOLLIN | unix.EPOLLRDHUP
+	}
+	return ev
 }
 
 func (s *sock) dispatch(ev uint32) {

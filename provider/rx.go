@@ -953,17 +953,37 @@ func (rx *rxState) onReadable() {
 	} else {
 		rx.tok.Lock()
 	}
+	got, completed, on := rx.readLocked(rx.loopCtl)
+	if !on {
+		return
+	}
+	if got && spinAllowed(rx.spinWindow) {
+		rx.goAway(rx.spinAway)
+	}
+	if got && e.pol != nil && e.pol.PinRX {
+		cpu, posts := e.qp.Poster()
+		rx.keepOffPoster(cpu, posts, rx.arms.Load(), completed) // offcpu.go
+	}
+}
+
+// readLocked reads the socket with ctl (the loop's, or a waiting thread's)
+// and gives the token back (held on entry); it reports whether anything was
+// consumed, whether work completed, and whether the reader may go on: not
+// if the stream ended (it is closed now) or the receive path parked for a
+// buffer (post_recv or the RNR timer reads on).
+func (rx *rxState) readLocked(ctl func(fd uintptr)) (got, completed, on bool) {
+	e := rx.e
 	if e.gone.Load() {
 		rx.ended = true // a hard Close: touch the rings no more
 	}
 	if rx.ended {
 		rx.tok.Unlock()
 		rx.finishAsync()
-		return
+		return false, false, false
 	}
 	rx.prog = false
-	_ = e.rc.Control(rx.loopCtl)
-	got := rx.prog
+	_ = e.rc.Control(ctl)
+	got = rx.prog
 	if got {
 		rx.idlePolls.Store(0) // pollers read again
 	}
@@ -973,20 +993,16 @@ func (rx *rxState) onReadable() {
 	switch {
 	case ended:
 		rx.finishAsync()
-		return
+		return got, completed, false
 	case rnr:
 		// Stop reading (TCP back-pressure) until a receive is posted
 		// or the RNR timeout passes; the next pump retries (and
-		// Terminates once the time is up).
+		// Terminates once the time is up). The park gives a lent
+		// socket back.
 		rx.parkForRecv(since)
-		return
-	case got && spinAllowed(rx.spinWindow):
-		rx.goAway(rx.spinAway)
+		return got, completed, false
 	}
-	if got && e.pol != nil && e.pol.PinRX {
-		cpu, posts := e.qp.Poster()
-		rx.keepOffPoster(cpu, posts, rx.arms.Load(), completed) // offcpu.go
-	}
+	return got, completed, true
 }
 
 // goAway runs fn on a goroutine of its own, which reads the socket instead

@@ -68,33 +68,12 @@ func (e *Endpoint) WaitRead() bool {
 }
 
 func (rx *rxState) waitRead() bool {
-	e := rx.e
 	if rx.away.Load() || !rx.lend() {
 		return false
 	}
 	rx.tok.Lock()
-	if e.gone.Load() {
-		rx.ended = true // a hard Close: touch the rings no more
-	}
-	rx.prog = false
-	if !rx.ended {
-		_ = e.rc.Control(rx.waitCtl)
-	}
-	if rx.prog {
-		rx.idlePolls.Store(0)
-	}
-	ended := rx.ended
-	rnr, since := rx.rnrWait && !ended, rx.rnrSince
-	rx.tok.Unlock()
-	switch {
-	case ended:
-		rx.finishAsync()
-		return false
-	case rnr:
-		rx.parkForRecv(since) // gives the socket back to the loop
-		return false
-	}
-	return true
+	_, _, on := rx.readLocked(rx.waitCtl)
+	return on
 }
 
 // lend takes the socket from the event loop for the waiting threads, if it
