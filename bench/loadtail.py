@@ -14,12 +14,14 @@ processes over 127.0.0.1,
            spin loop (as UCX does): the floor of a polled transport;
   c-read   the application thread spins on a counter that a C thread
            blocked in read(2) fills: the floor of a transport whose
-           receive thread the kernel wakes.
+           receive thread the kernel wakes;
+  c-block  the application thread sleeps in read(2) itself: the floor of
+           a program that sleeps on completion events.
 Rows, 2 bytes, one way:
   ib_send_lat, goiwarp's TCP path (GOIWARP_SHM=0), polling   vs c-spin
   ib_send_lat, same-host path, polling                        vs c-spin
   ib_write_lat, TCP path (the application watches its memory) vs c-read
-  ib_send_lat -e, TCP path (sleeps on completion events)      vs c-read
+  ib_send_lat -e, TCP path (sleeps on completion events)      vs c-block
 Every row runs at each --load (default 0 and 2: that many busy-looping
 processes beside it), rounds interleaved; per row and load the min / median
 / max of typical (median) and 99 % latency in µs, and the ratio of the
@@ -44,10 +46,11 @@ import compare  # noqa: E402  (wakecost, fmt, ROOT)
 ROWS = [
     ("wakecost c-spin", None, ("wake", "c-spin")),
     ("wakecost c-read", None, ("wake", "c-read")),
+    ("wakecost c-block", None, ("wake", "c-block")),
     ("ib_send_lat tcp, polling", "wakecost c-spin", ("perf", "ib_send_lat", [], "tcp")),
     ("ib_send_lat same-host, polling", "wakecost c-spin", ("perf", "ib_send_lat", [], "shm")),
     ("ib_write_lat tcp, memory", "wakecost c-read", ("perf", "ib_write_lat", [], "tcp")),
-    ("ib_send_lat tcp, events (-e)", "wakecost c-read", ("perf", "ib_send_lat", ["-e"], "tcp")),
+    ("ib_send_lat tcp, events (-e)", "wakecost c-block", ("perf", "ib_send_lat", ["-e"], "tcp")),
 ]
 
 

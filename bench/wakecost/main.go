@@ -15,6 +15,10 @@
 //	c-spin     no receive thread: the application thread reads the
 //	           non-blocking socket in its spin loop (as UCX does); the floor
 //	           of this machine, tail included
+//	c-block    no receive thread: the application thread sleeps in read(2)
+//	           on its blocking socket, as a program sleeping on a
+//	           completion channel (ibv_get_cq_event) does: the floor of an
+//	           event-driven ping-pong, whose every message wakes a sleeper
 //	c-read-same, c-read-other  c-read with the application thread pinned
 //	           to CPU 0 (server) or 1 (client) and the receive thread to the
 //	           same CPU or to the other (2 CPUs or more)
@@ -44,7 +48,7 @@ extern void goSend(int fd);
 static volatile long arrived;
 static volatile int app_cpu = -1; // where the application last sent from
 static int pin_rx = -1, pin_app = -1;
-static int spin_fd = -1; // c-spin: the application reads this socket itself
+static int spin_fd = -1; // c-spin, c-block: the application reads this socket itself
 
 static void pin(int cpu) {
 	cpu_set_t s;
@@ -144,7 +148,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var modes = []string{"c-spin", "c-read", "c-epoll", "go-netpoll", "go-netpoll-off", "c-read-same", "c-read-other"}
+var modes = []string{"c-spin", "c-block", "c-read", "c-epoll", "go-netpoll", "go-netpoll-off", "c-read-same", "c-read-other"}
 
 //export goSend
 func goSend(fd C.int) { _, _ = unix.Write(int(fd), []byte{1, 2}) }
@@ -167,7 +171,7 @@ func main() {
 	var procCPUs unix.CPUSet
 	_ = unix.SchedGetaffinity(0, &procCPUs)
 	if !procCPUs.IsSet(0) || !procCPUs.IsSet(1) {
-		modes = modes[:5] // the pinned modes need CPUs 0 and 1
+		modes = modes[:6] // the pinned modes need CPUs 0 and 1
 	}
 	if *only != "" {
 		modes = slices.DeleteFunc(modes, func(m string) bool { return !slices.Contains(strings.Split(*only, ","), m) })
@@ -277,7 +281,7 @@ func peer(side, mode, addr string, iters int) int {
 		}()
 	} else {
 		// A blocking fd of its own for the C thread (c-epoll and c-spin
-		// read it non-blocking).
+		// read it non-blocking; c-block's application thread sleeps in it).
 		f, err := c.File()
 		if err != nil {
 			return 1
@@ -298,7 +302,7 @@ func peer(side, mode, addr string, iters int) int {
 		if mode == "c-epoll" {
 			epoll = 1
 		}
-		if mode == "c-spin" {
+		if mode == "c-spin" || mode == "c-block" {
 			C.set_spin(C.int(fd))
 		} else if C.start_rx(C.int(fd), epoll) != 0 {
 			return 1
