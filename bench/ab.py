@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """ab.py: two or more goiwarp builds side by side over a workload matrix.
 
-usage: ab.py --lib NAME=DIR [--lib NAME=DIR ...] [--runs N] [--secs S]
+usage: ab.py --lib NAME=DIR [--lib NAME=DIR ...] [--env NAME:VAR=VALUE ...] [--runs N] [--secs S]
              [--lat-iters N] [--only REGEX] [--path tcp|shm|both] [--rpcshape PATH]
              [--json FILE] [--list]
 
 Each DIR holds libgoiwarp.so.1 (the shim, preloaded) and libgoiwarp-core.so.1;
 e.g. --lib before=/tmp/base --lib after=_build (one --lib alone runs the rows
-without ratios). Every row runs once per library per round, rounds
+without ratios); --env NAME:VAR=VALUE sets a variable for one --lib's
+programs, so --lib off=_build --lib spin=_build --env spin:GOIWARP_RX_SPIN=200us
+compares a setting on one build. Every row runs once per library per round, rounds
 interleaved (round 1 of every row and library, then round 2, ...) and the
 libraries of a row back to back, in reverse order on even rounds, so machine
 noise and order hit every build alike. Programs over 127.0.0.1 on giw_lo,
@@ -85,13 +87,14 @@ class Setup:
     """How one library runs on one path: the command prefix and environment.
     libdir None runs the programs as they are (a kernel TCP reference)."""
 
-    def __init__(self, libdir, path, timeout):
+    def __init__(self, libdir, path, timeout, extra_env=None):
         self.so = [os.path.join(libdir, "libgoiwarp.so.1")] if libdir else []
         self.env = dict(os.environ)
         if path == "tcp":
             self.env["GOIWARP_SHM"] = "0"
         else:
             self.env.pop("GOIWARP_SHM", None)  # the default: same-host path
+        self.env.update(extra_env or {})
         self.timeout = timeout
 
     def cmd(self, argv, cpus=None, preload=()):
@@ -381,7 +384,7 @@ def run_all(matrix, libs, paths, a):
             for path in paths:
                 for lib, d in order:
                     try:
-                        v = fn(Setup(d, path, a.timeout))
+                        v = fn(Setup(d, path, a.timeout, a.lib_env.get(lib)))
                         shown = " ".join("%s=%s" % (k, compare.fmt(x)) for k, x in v.items()
                                          if k != "parts" and x is not None)
                     except Exception as e:  # one failed run is reported, the others go on
@@ -467,6 +470,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", action="append", default=[], metavar="NAME=DIR",
                     help="a library directory (libgoiwarp.so.1, libgoiwarp-core.so.1); the first is the base")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME:VAR=VALUE",
+                    help="an environment variable for --lib NAME's programs (the same DIR under two names "
+                         "with different --env compares settings)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--secs", type=int, default=3,
                     help="duration of bandwidth, rate, qperf, rpcshape, fio and iperf3 runs")
@@ -498,6 +504,13 @@ def main():
         libs.append((name, d))
     if not libs or len({n for n, _ in libs}) != len(libs):
         ap.error("give --lib NAME=DIR, two or more with distinct names to compare")
+    a.lib_env = {}
+    for spec in a.env:
+        name, sep, kv = spec.partition(":")
+        var, eq, val = kv.partition("=")
+        if not sep or not eq or not var or name not in dict(libs):
+            ap.error("--env NAME:VAR=VALUE for a --lib NAME, not %r" % spec)
+        a.lib_env.setdefault(name, {})[var] = val
     if not matrix:
         ap.error("--only %r matches no row (--list shows them)" % a.only)
     if not a.rpcshape:
@@ -513,7 +526,8 @@ def main():
     print("\ngoiwarp ab: %s, %d cores, %d runs, --secs %d%s; %s\n" % (
         datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), os.cpu_count(), a.runs, a.secs,
         ", background load: %d busy processes" % a.load if a.load else "",
-        ", ".join("%s = %s" % l for l in libs)))
+        ", ".join("%s = %s%s" % (n, d, "".join(" %s=%s" % kv for kv in a.lib_env.get(n, {}).items()))
+                  for n, d in libs)))
     print(tab)
 
     out = a.json or os.path.join(compare.HERE, "results", "ab-%s.json" % datetime.date.today().isoformat())
@@ -521,6 +535,7 @@ def main():
     with open(out, "w") as f:
         json.dump({"date": datetime.datetime.now().isoformat(timespec="seconds"), "cores": os.cpu_count(),
                    "runs": a.runs, "secs": a.secs, "load": a.load, "lat_iters": a.lat_iters, "libs": dict(libs),
+                   "env": a.lib_env,
                    "samples": {"%s [%s]" % k: v for k, v in samples.items()},
                    "summary": summary, "errors": errors}, f, indent=1)
     print("\nwrote %s%s" % (out, "; %d run(s) failed (listed in the file)" % len(errors) if errors else ""))

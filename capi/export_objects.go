@@ -86,12 +86,14 @@ func goVerbsDestroyChannel(h C.uintptr_t) {
 }
 
 //export goVerbsChannelWaitFDs
-func goVerbsChannelWaitFDs(h C.uintptr_t, fds *C.int32_t, n C.int) C.int {
+func goVerbsChannelWaitFDs(h C.uintptr_t, fds *C.int32_t, n C.int, spinNs *C.int64_t) C.int {
 	ch := handleValue[*verbs.CompChannel](h)
 	if ch == nil || n <= 0 {
 		return 0
 	}
-	return C.int(ch.WaitFDs(unsafe.Slice((*int32)(unsafe.Pointer(fds)), int(n))))
+	got, spin := ch.WaitFDs(unsafe.Slice((*int32)(unsafe.Pointer(fds)), int(n)))
+	*spinNs = C.int64_t(spin)
+	return C.int(got)
 }
 
 //export goVerbsChannelWaitRead

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "capi.h"
@@ -281,6 +282,32 @@ static int eintr_visible(void)
 
 #define WAIT_FDS 16
 
+static int64_t mono_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/*
+ * wait_poll is poll(2) with no timeout, after up to spin_ns of looking
+ * without sleeping (the opt-in spin, GOIWARP_RX_SPIN): an arrival within
+ * it wakes nobody.
+ */
+static int wait_poll(struct pollfd *p, int n, int64_t spin_ns)
+{
+	if (spin_ns > 0) {
+		int64_t end = mono_ns() + spin_ns;
+		do {
+			int r = poll(p, n, 0);
+			if (r != 0)
+				return r;
+		} while (mono_ns() < end);
+	}
+	return poll(p, n, -1);
+}
+
 /*
  * channel_wait returns when the channel has an event to read (or -1 with
  * errno EINTR). Meanwhile the thread waits on the connections of the QPs
@@ -289,20 +316,22 @@ static int eintr_visible(void)
  * data comes: what it waits for is usually in it, and the application's
  * own thread places it instead of the engine's waking first and then this
  * one. Where the engine reads instead, it waits for the channel alone.
+ * With the opt-in spin it looks that long before it sleeps (wait_poll).
  */
 static int channel_wait(struct gcapi_channel *c)
 {
 	struct pollfd p[1 + WAIT_FDS];
 	int32_t fds[WAIT_FDS];
+	int64_t spin_ns;
 
 	for (;;) {
-		int n = goVerbsChannelWaitFDs(c->h, fds, WAIT_FDS);
+		int n = goVerbsChannelWaitFDs(c->h, fds, WAIT_FDS, &spin_ns);
 		if (n <= 0)
 			return 0;
 		p[0] = (struct pollfd){ .fd = c->ch.fd, .events = POLLIN };
 		for (int i = 0; i < n; i++)
 			p[1 + i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
-		if (poll(p, n + 1, -1) < 0) {
+		if (wait_poll(p, n + 1, spin_ns) < 0) {
 			if (errno != EINTR)
 				return 0;
 			if (eintr_visible())

@@ -76,8 +76,10 @@ import (
 //	GOIWARP_RX_SPIN       how long the receive path goes on reading its
 //	                      socket (or same-host ring) without blocking after
 //	                      it found data no poller asked for, one connection
-//	                      per process at a time (rxspin.go); a Go duration
-//	                      or seconds (default 0: never spin).
+//	                      per process at a time (rxspin.go), and how long a
+//	                      thread about to sleep on TCP connections for their
+//	                      events looks first (waiter.go); a Go duration or
+//	                      seconds (default 0: never spin).
 //	GOIWARP_POLL_LEASE    how long the event loop leaves a connection to
 //	                      application threads that poll it, or wait for its
 //	                      events, before it looks whether they still come:

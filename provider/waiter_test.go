@@ -149,3 +149,21 @@ func TestLendRefusedWhileAway(t *testing.T) {
 	require.False(t, rx.lent.Load())
 	require.Equal(t, -1, p.srv.ep.WaitFD(true))
 }
+
+// A thread waiting on a TCP connection spins as the engine would
+// (GOIWARP_RX_SPIN), and by default not at all; one waiting on a same-host
+// ring leaves the spinning to the ring's RX goroutine.
+func TestWaitSpinFollowsPolicy(t *testing.T) {
+	for _, spin := range []time.Duration{0, 150 * time.Microsecond} {
+		o := noSpinPair()
+		o.srvPol.RxSpin = spin
+		p := connectPair(t, o)
+		require.Equal(t, spin, p.srv.ep.WaitSpin())
+		require.Zero(t, p.cli.ep.WaitSpin())
+	}
+	o := modePair(ShmOn)
+	o.srvPol.RxSpin = 150 * time.Microsecond
+	p := connectPair(t, o)
+	require.NotNil(t, p.srv.ep.shm)
+	require.Zero(t, p.srv.ep.WaitSpin())
+}

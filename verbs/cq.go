@@ -45,6 +45,9 @@ type WaitReader interface {
 	// reports whether the thread should wait on the descriptor again
 	// (false: somebody else reads it now).
 	WaitRead() bool
+	// WaitSpin is how long a thread about to sleep on the descriptor
+	// looks for arrivals first without sleeping (0: it sleeps at once).
+	WaitSpin() time.Duration
 }
 
 func (ch *CompChannel) bind(cq *CQ, on bool) {
@@ -92,9 +95,8 @@ func (ch *CompChannel) eachWaitReader(fn func(WaitReader) bool) {
 
 // WaitFDs fills fds with the descriptors a thread about to sleep on the
 // channel may wait on beside it, and read itself when they turn readable
-// (WaitRead); it returns how many.
-func (ch *CompChannel) WaitFDs(fds []int32) int {
-	n := 0
+// (WaitRead); it returns how many, and the longest WaitSpin of theirs.
+func (ch *CompChannel) WaitFDs(fds []int32) (n int, spin time.Duration) {
 	ch.eachWaitReader(func(w WaitReader) bool {
 		if n == len(fds) {
 			return false
@@ -102,10 +104,11 @@ func (ch *CompChannel) WaitFDs(fds []int32) int {
 		if fd := w.WaitFD(true); fd >= 0 && !slices.Contains(fds[:n], int32(fd)) {
 			fds[n] = int32(fd)
 			n++
+			spin = max(spin, w.WaitSpin())
 		}
 		return true
 	})
-	return n
+	return n, spin
 }
 
 // WaitRead reads the connection whose descriptor WaitFDs gave as fd; it
