@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """netpath.py: goiwarp between two hosts' worth of network stack.
 
-usage: netpath.py [--lib NAME=DIR ...] [--runs N] [--secs S] [--mtu M ...] [--only REGEX]
+usage: netpath.py [--lib NAME=DIR ...] [--env NAME:VAR=VALUE ...] [--runs N] [--secs S] [--mtu M ...]
+                  [--only REGEX]
 
 Makes two network namespaces joined by a veth pair (root needed, as in CI),
 so neither loopback nor the same-host path applies (GOIWARP_SHM=0 as well),
@@ -85,8 +86,8 @@ def iperf3(size, streams, secs):
     return float(m.group(1)) / 8 if m else None  # MB/s (10^6 bytes)
 
 
-def perftest(lib, prog, args, secs, port):
-    env = dict(os.environ, LD_PRELOAD=os.path.join(lib, "libgoiwarp.so.1"), GOIWARP_SHM="0")
+def perftest(lib, prog, args, secs, port, extra_env=None):
+    env = dict(os.environ, LD_PRELOAD=os.path.join(lib, "libgoiwarp.so.1"), GOIWARP_SHM="0", **(extra_env or {}))
     common = [prog, "-R", "-p", str(port)] + args
     if "_bw" in prog:
         common += ["-D", str(secs)]
@@ -119,8 +120,8 @@ def ucx_lat(secs):
     return None
 
 
-def pingpong(lib, prov, size, port):
-    env = dict(os.environ, GOIWARP_SHM="0")
+def pingpong(lib, prov, size, port, extra_env=None):
+    env = dict(os.environ, GOIWARP_SHM="0", **(extra_env or {}))
     if lib:
         env["LD_PRELOAD"] = os.path.join(lib, "libgoiwarp.so.1")
     ep = "msg"
@@ -143,12 +144,21 @@ def pingpong(lib, prov, size, port):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", action="append", default=[], help="NAME=DIR holding libgoiwarp.so.1")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME:VAR=VALUE",
+                    help="an environment variable for --lib NAME's programs")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--secs", type=int, default=4)
     ap.add_argument("--mtu", type=int, action="append", default=[])
     ap.add_argument("--only", default="")
     o = ap.parse_args()
     libs = [l.split("=", 1) for l in o.lib] or [["goiwarp", "_build"]]
+    envs = {}
+    for spec in o.env:
+        name, sep, kv = spec.partition(":")
+        var, eq, val = kv.partition("=")
+        if not sep or not eq or not var or name not in dict(libs):
+            ap.error("--env NAME:VAR=VALUE for a --lib NAME, not %r" % spec)
+        envs.setdefault(name, {})[var] = val
     mtus = o.mtu or [1500, 9000]
     if os.geteuid() != 0:
         sys.exit("netpath.py makes network namespaces: run as root")
@@ -164,24 +174,28 @@ def main():
         rows.append((f"fi_pingpong tcp {label}", "bw",
                      lambda s=size: (port.__setitem__(0, port[0] + 2), pingpong(None, "tcp", s, port[0]))[1]))
 
-    def pt(lib, prog, args):
+    def pt(lib, prog, args, env):
         port[0] += 1
-        return perftest(lib, prog, args, o.secs, port[0])
+        return perftest(lib, prog, args, o.secs, port[0], env)
 
     for name, d in libs:
+        e = envs.get(name)
         for prog in ("ib_write_bw", "ib_send_bw", "ib_read_bw"):
             for size, label in ((65536, "64K"), (1 << 20, "1M")):
                 rows.append((f"{name} {prog} {label}", "bw",
-                             lambda d=d, p=prog, s=size: pt(d, p, ["-s", str(s)])))
-        rows.append((f"{name} ib_write_bw -q 4 64K", "bw", lambda d=d: pt(d, "ib_write_bw", ["-s", "65536", "-q", "4"])))
+                             lambda d=d, p=prog, s=size, e=e: pt(d, p, ["-s", str(s)], e)))
+        rows.append((f"{name} ib_write_bw -q 4 64K", "bw",
+                     lambda d=d, e=e: pt(d, "ib_write_bw", ["-s", "65536", "-q", "4"], e)))
         rows.append((f"{name} ib_write_bw 64K CPU", "cpu",
-                     lambda d=d: with_cpu(lambda: (pt(d, "ib_write_bw", ["-s", "65536"]) or 0) * 1.048576, o.secs)))
+                     lambda d=d, e=e: with_cpu(lambda: (pt(d, "ib_write_bw", ["-s", "65536"], e) or 0) * 1.048576,
+                                                 o.secs)))
         for size, label in ((65536, "64K"), (1 << 20, "1M")):
             rows.append((f"{name} fi_pingpong verbs {label}", "bw",
-                         lambda d=d, s=size: (port.__setitem__(0, port[0] + 2), pingpong(d, "verbs", s, port[0]))[1]))
+                         lambda d=d, s=size, e=e: (port.__setitem__(0, port[0] + 2),
+                                                   pingpong(d, "verbs", s, port[0], e))[1]))
         for prog, extra in (("ib_write_lat", []), ("ib_send_lat", []), ("ib_send_lat", ["-e"])):
             rows.append((" ".join([name, prog, "2"] + extra), "lat",
-                         lambda d=d, p=prog, x=extra: pt(d, p, ["-s", "2", "-n", "20000"] + x)))
+                         lambda d=d, p=prog, x=extra, e=e: pt(d, p, ["-s", "2", "-n", "20000"] + x, e)))
     rows = [r for r in rows if re.search(o.only, r[0])]
 
     try:
