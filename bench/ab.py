@@ -466,6 +466,19 @@ def table(matrix, libs, paths, samples):
     return "\n".join(out), summary
 
 
+def lib_env(specs, names):
+    """--env NAME:VAR=VALUE specs, for libraries of the given names, as
+    {NAME: {VAR: VALUE}} (ab.py's and netpath.py's --env)."""
+    out = {}
+    for spec in specs:
+        name, sep, kv = spec.partition(":")
+        var, eq, val = kv.partition("=")
+        if not sep or not eq or not var or name not in names:
+            raise ValueError("--env NAME:VAR=VALUE for a --lib NAME, not %r" % spec)
+        out.setdefault(name, {})[var] = val
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", action="append", default=[], metavar="NAME=DIR",
@@ -504,13 +517,10 @@ def main():
         libs.append((name, d))
     if not libs or len({n for n, _ in libs}) != len(libs):
         ap.error("give --lib NAME=DIR, two or more with distinct names to compare")
-    a.lib_env = {}
-    for spec in a.env:
-        name, sep, kv = spec.partition(":")
-        var, eq, val = kv.partition("=")
-        if not sep or not eq or not var or name not in dict(libs):
-            ap.error("--env NAME:VAR=VALUE for a --lib NAME, not %r" % spec)
-        a.lib_env.setdefault(name, {})[var] = val
+    try:
+        a.lib_env = lib_env(a.env, dict(libs))
+    except ValueError as e:
+        ap.error(str(e))
     if not matrix:
         ap.error("--only %r matches no row (--list shows them)" % a.only)
     if not a.rpcshape:

@@ -30,6 +30,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ab  # noqa: E402  (lib_env)
+
 NS_A, NS_B = "giwA", "giwB"
 IP_A, IP_B = "10.77.0.1", "10.77.0.2"
 
@@ -152,13 +155,10 @@ def main():
     ap.add_argument("--only", default="")
     o = ap.parse_args()
     libs = [l.split("=", 1) for l in o.lib] or [["goiwarp", "_build"]]
-    envs = {}
-    for spec in o.env:
-        name, sep, kv = spec.partition(":")
-        var, eq, val = kv.partition("=")
-        if not sep or not eq or not var or name not in dict(libs):
-            ap.error("--env NAME:VAR=VALUE for a --lib NAME, not %r" % spec)
-        envs.setdefault(name, {})[var] = val
+    try:
+        envs = ab.lib_env(o.env, dict(libs))
+    except ValueError as e:
+        ap.error(str(e))
     mtus = o.mtu or [1500, 9000]
     if os.geteuid() != 0:
         sys.exit("netpath.py makes network namespaces: run as root")
